@@ -1,0 +1,26 @@
+"""Environment core: the sequential role pipeline, text handling and trajectory records."""
+
+from .pipeline import PYTHON_TOOL, PipelineEnv, Role, Task, format_feedback, render_messages
+from .text import ParsedAction, extract_code_blocks, normalize_action, sanitize, text_space, truncate_middle
+from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall, read_jsonl, write_jsonl
+
+__all__ = [
+    "PYTHON_TOOL",
+    "ActionRecord",
+    "EpisodeRecord",
+    "Message",
+    "ParsedAction",
+    "PipelineEnv",
+    "Role",
+    "Task",
+    "ToolCall",
+    "extract_code_blocks",
+    "format_feedback",
+    "normalize_action",
+    "read_jsonl",
+    "render_messages",
+    "sanitize",
+    "text_space",
+    "truncate_middle",
+    "write_jsonl",
+]

@@ -1,0 +1,137 @@
+"""Text handling shared by every pipeline: action normalisation, code-block parsing, truncation, spaces.
+
+Agent outputs are untrusted: they may be empty, enormous, binary, or carry an unclosed code fence. Nothing here
+raises on such input; every anomaly becomes a short *issue* string that the environment records with the action.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import re
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+from gymnasium.spaces import Text
+
+# Fences: ```python / ```py / ```python3 (case-insensitive), closed by a line that starts with ```.
+_FENCE_OPEN = re.compile(r"^[ \t]*```[ \t]*(python3?|py)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+_FENCE_CLOSE = re.compile(r"^[ \t]*```[ \t]*$", re.MULTILINE)
+
+
+@dataclass
+class ParsedAction:
+    """An agent's action after normalisation."""
+
+    text: str
+    """The action as text (bytes decoded as UTF-8 with replacement; CR/LF normalised)."""
+    code_blocks: list[str] = field(default_factory=list)
+    """Closed ```python blocks, in order."""
+    issues: list[str] = field(default_factory=list)
+    """Anomalies found (empty action, binary input, unclosed fence, ...)."""
+    raw_b64: str | None = None
+    """The original bytes, base64-encoded, when the action was not a ``str`` (so nothing is lost)."""
+
+    @property
+    def has_code(self) -> bool:
+        return bool(self.code_blocks)
+
+
+def normalize_action(action: object) -> ParsedAction:
+    """Turn whatever an agent produced into text plus a list of issues; never raises."""
+    issues: list[str] = []
+    raw_b64 = None
+    if action is None:
+        text = ""
+        issues.append("action was None")
+    elif isinstance(action, str):
+        text = action
+    elif isinstance(action, bytes | bytearray | memoryview):
+        raw = bytes(action)
+        raw_b64 = base64.b64encode(raw).decode("ascii")
+        text = raw.decode("utf-8", errors="replace")
+        issues.append(f"action was {len(raw)} bytes, decoded as UTF-8 with replacement")
+    else:
+        text = str(action)
+        issues.append(f"action was a {type(action).__name__}, converted with str()")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if "\x00" in text:
+        issues.append("action contains NUL bytes")
+    if any(ch == "\ufffd" for ch in text[:100_000]) and raw_b64 is None:
+        issues.append("action contains U+FFFD replacement characters")
+    if not text.strip():
+        issues.append("empty action")
+    blocks, unclosed = extract_code_blocks(text)
+    if unclosed:
+        issues.append("unclosed ```python fence: that block was not executed")
+    return ParsedAction(text=text, code_blocks=blocks, issues=issues, raw_b64=raw_b64)
+
+
+def extract_code_blocks(text: str) -> tuple[list[str], bool]:
+    """Return the closed ```python blocks of ``text`` and whether a python fence was left open."""
+    blocks: list[str] = []
+    pos = 0
+    while m := _FENCE_OPEN.search(text, pos):
+        close = _FENCE_CLOSE.search(text, m.end())
+        if close is None:
+            return blocks, True
+        body = text[m.end() : close.start()].strip("\n")
+        if body.strip():
+            blocks.append(body)
+        pos = close.end()
+    return blocks, False
+
+
+def truncate_middle(text: str, limit: int, what: str = "characters") -> str:
+    """Keep the head and the tail of ``text`` within ``limit`` characters, with a marker in between."""
+    if len(text) <= limit:
+        return text
+    marker = f"\n[... {len(text) - limit} {what} truncated ...]\n"
+    keep = max(0, limit - len(marker))
+    head = keep - keep // 3
+    return text[:head] + marker + text[len(text) - (keep - head) :]
+
+
+@cache
+def printable_charset() -> frozenset[str]:
+    """Printable characters of the Basic Multilingual Plane, plus newline and tab."""
+    chars = {chr(c) for c in range(0x20, 0x10000) if not 0xD800 <= c <= 0xDFFF and chr(c).isprintable()}
+    chars.update("\n\t")
+    return frozenset(chars)
+
+
+def sanitize(text: str) -> str:
+    """Replace characters outside :func:`printable_charset` (control, surrogates, astral) with U+FFFD."""
+    charset = printable_charset()
+    if all(ch in charset for ch in text):
+        return text
+    return "".join(ch if ch in charset else "\ufffd" for ch in text)
+
+
+class TextObservation(str):
+    """A ``str`` that also carries the numpy ``dtype`` of a ``Text`` space.
+
+    PettingZoo's ``api_test`` compares ``observation.dtype`` with the space's dtype; a plain ``str`` has none.
+    Everything else treats it exactly as a ``str``.
+    """
+
+    __slots__ = ()
+    dtype = np.dtype(str)
+
+
+@cache
+def _text_template(max_length: int) -> Text:
+    return Text(max_length=max_length, min_length=0, charset=printable_charset())
+
+
+def text_space(max_length: int) -> Text:
+    """A ``Text`` space over printable BMP characters.
+
+    Building the charset tables (~63k characters) is done once; each call returns a fresh, independently
+    seeded copy that shares those immutable tables.
+    """
+    space = copy.copy(_text_template(max_length))
+    space._np_random = None  # each copy gets its own generator
+    return space

@@ -1,0 +1,148 @@
+"""Typed trajectory records: every action of every agent, with its full input context.
+
+An :class:`EpisodeRecord` is what training, coaching, reports and replays read. It serialises to one JSON line
+(:meth:`EpisodeRecord.to_json`) and back (:meth:`EpisodeRecord.from_json`), losslessly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandboxes import ExecResult
+
+Message = dict[str, str]
+"""A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
+
+
+@dataclass
+class ToolCall:
+    """One tool invocation made on behalf of an action (for now: Python execution of its code blocks)."""
+
+    tool: str
+    input: str
+    result: ExecResult
+    feedback: str
+    """The text shown to the agents (formatted and truncated from ``result``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "input": self.input, "result": self.result.to_dict(), "feedback": self.feedback}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ToolCall:
+        return cls(tool=d["tool"], input=d["input"], result=ExecResult.from_dict(d["result"]), feedback=d["feedback"])
+
+
+@dataclass
+class ActionRecord:
+    """One action: who acted, on what input, what it produced, what the tools returned, how it was rewarded."""
+
+    index: int
+    """Position in the episode (0-based, across all agents)."""
+    agent: str
+    role: str
+    turn: int
+    """1-based turn of this agent."""
+    messages: list[Message]
+    """The agent's full input: the chat messages it was given for this action."""
+    output: str
+    """The action as text (normalised: see ``mappa_envs.core.text.normalize_action``)."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    issues: list[str] = field(default_factory=list)
+    """Anomalies of the action (empty, binary, unclosed code fence, truncated in later observations...)."""
+    raw_output_b64: str | None = None
+    """Original bytes of a non-text action, base64-encoded."""
+    reward: float = 0.0
+    """Reward credited to this action (the env's own reward, or a wrapper's, e.g. the coach's score / 10)."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """Extra per-action data, e.g. the coach's evaluation."""
+
+    @property
+    def used_tools(self) -> bool:
+        return bool(self.tool_calls)
+
+    @property
+    def tools_ok(self) -> bool:
+        return bool(self.tool_calls) and all(c.result.ok for c in self.tool_calls)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ActionRecord:
+        d = dict(d)
+        d["tool_calls"] = [ToolCall.from_dict(c) for c in d.get("tool_calls", [])]
+        return cls(**d)
+
+
+@dataclass
+class EpisodeRecord:
+    """A whole episode: the task, every action, and the outcome."""
+
+    env_id: str
+    episode_id: str
+    task_id: str
+    task: str
+    seed: int | None
+    actions: list[ActionRecord] = field(default_factory=list)
+    ground_truth: Any = None
+    outcome: dict[str, Any] = field(default_factory=dict)
+    """Terminal information: for MathChat ``predicted``, ``answer``, ``correct``; for DSBench the metric."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def actions_of(self, agent: str) -> list[ActionRecord]:
+        return [a for a in self.actions if a.agent == agent]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["actions"] = [a.to_dict() for a in self.actions]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EpisodeRecord:
+        d = dict(d)
+        d["actions"] = [ActionRecord.from_dict(a) for a in d.get("actions", [])]
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, default=_json_default)
+
+    @classmethod
+    def from_json(cls, line: str) -> EpisodeRecord:
+        return cls.from_dict(json.loads(line))
+
+
+def _json_default(obj: Any) -> Any:
+    # numpy scalars and other number-likes that sneak into answers or infos
+    if hasattr(obj, "item"):
+        return obj.item()
+    return str(obj)
+
+
+def write_jsonl(path: str | Path, episodes: Iterable[EpisodeRecord], append: bool = False) -> int:
+    """Write episodes as JSON lines; returns how many were written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("a" if append else "w", encoding="utf-8") as f:
+        for ep in episodes:
+            f.write(ep.to_json() + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: str | Path) -> Iterator[EpisodeRecord]:
+    """Read episodes written by :func:`write_jsonl`; a malformed line raises with its line number."""
+    with Path(path).open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield EpisodeRecord.from_json(line)
+            except (json.JSONDecodeError, TypeError, KeyError) as e:
+                raise ValueError(f"{path}:{lineno}: not a valid episode record ({e})") from e

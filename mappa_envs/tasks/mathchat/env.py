@@ -1,0 +1,75 @@
+"""MathChat-v0: a problem solver, a code executor and a verifier solve a competition math problem.
+
+==================  ==================================================================================
+id                  ``mappa/MathChat-v0``
+agents              ``problem_solver_0`` (1 turn), ``code_executor_0`` (up to 2 turns, runs Python),
+                    ``verifier_0`` (1 turn)
+observation         text: the agent's system prompt, the problem, earlier agents' outputs and tool results
+                    (``env.unwrapped.messages(agent)`` gives the same as chat messages)
+action              text: the agent's reply; the code executor's ```python blocks are executed in the sandbox
+reward              1.0 to every agent at the end if the verifier's last ``\\boxed{}`` equals the ground truth
+                    (:func:`mappa_envs.grading.math_equal`), else 0.0
+terminal infos      ``predicted`` (str or None), ``answer``, ``correct`` (bool)
+==================  ==================================================================================
+
+Arguments: ``split`` (see :mod:`mappa_envs.tasks.mathchat.data`), or ``tasks`` (a list of ``Task`` or dicts with
+``prompt`` and ``answer``), or ``data_file`` (JSON list / JSON lines); ``sandbox`` (backend name or instance);
+``code_executor_turns``; the text limits of :class:`~mappa_envs.core.PipelineEnv`.
+
+Version history: v0, initial release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...core import PYTHON_TOOL, EpisodeRecord, PipelineEnv, Role, Task
+from ...grading import extract_answer, math_equal
+from . import prompts
+from .data import load_split, load_task_file, tasks_from_rows
+
+
+def mathchat_roles(code_executor_turns: int = 2) -> tuple[Role, ...]:
+    return (
+        Role("problem_solver", prompts.PROBLEM_SOLVER_SYSTEM, prompts.PROBLEM_SOLVER_INSTRUCTION, max_turns=1),
+        Role(
+            "code_executor",
+            prompts.CODE_EXECUTOR_SYSTEM,
+            prompts.CODE_EXECUTOR_INSTRUCTION,
+            max_turns=code_executor_turns,
+            tools=(PYTHON_TOOL,),
+            continue_instruction=prompts.CODE_EXECUTOR_CONTINUE,
+        ),
+        Role("verifier", prompts.VERIFIER_SYSTEM, prompts.VERIFIER_INSTRUCTION, max_turns=1),
+    )
+
+
+class MathChatEnv(PipelineEnv):
+    metadata = {**PipelineEnv.metadata, "name": "mathchat_v0"}
+    env_id = "mappa/MathChat-v0"
+
+    def __init__(
+        self,
+        split: str = "aime-train",
+        *,
+        tasks: Sequence[Task | dict[str, Any]] | None = None,
+        data_file: str | None = None,
+        code_executor_turns: int = 2,
+        **kwargs: Any,
+    ):
+        if tasks is not None:
+            task_list = tasks_from_rows(list(tasks), source="tasks argument", prefix="custom")
+        elif data_file is not None:
+            task_list = load_task_file(data_file)
+        else:
+            task_list = list(load_split(split))
+        self.split = split if tasks is None and data_file is None else None
+        super().__init__(mathchat_roles(code_executor_turns), task_list, **kwargs)
+
+    def grade(self, task: Task, record: EpisodeRecord) -> tuple[float, dict[str, Any]]:
+        verifier = self.roles[-1].agent
+        outputs = [a.output for a in record.actions if a.agent == verifier]
+        predicted = extract_answer(outputs[-1]) if outputs else None
+        correct = predicted is not None and math_equal(predicted, task.answer)
+        return float(correct), {"predicted": predicted, "answer": task.answer, "correct": correct}

@@ -1,0 +1,55 @@
+"""Sandboxed code execution for agent tools.
+
+>>> from sandboxes import make_sandbox
+>>> with make_sandbox("subprocess").session() as s:
+...     print(s.run("print(6 * 7)").stdout.strip())
+42
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .base import ExecResult, ExecStatus, FileChange, Limits, Sandbox, Session
+from .subprocess_backend import SubprocessSandbox
+
+_BACKENDS: dict[str, Callable[..., Sandbox]] = {
+    "subprocess": SubprocessSandbox,
+}
+
+
+def register_backend(name: str, factory: Callable[..., Sandbox]) -> None:
+    """Make a backend available to :func:`make_sandbox` (and so to every env's ``sandbox=`` argument)."""
+    _BACKENDS[name] = factory
+
+
+def available_backends() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def make_sandbox(spec: str | Sandbox = "subprocess", **kwargs: Any) -> Sandbox:
+    """Build a sandbox from a backend name (``"subprocess"``), or pass a ready instance through."""
+    if isinstance(spec, Sandbox):
+        if kwargs:
+            raise TypeError("keyword arguments are only accepted with a backend name")
+        return spec
+    try:
+        factory = _BACKENDS[spec]
+    except KeyError:
+        raise ValueError(f"unknown sandbox backend {spec!r}; available: {available_backends()}") from None
+    return factory(**kwargs)
+
+
+__all__ = [
+    "ExecResult",
+    "ExecStatus",
+    "FileChange",
+    "Limits",
+    "Sandbox",
+    "Session",
+    "SubprocessSandbox",
+    "available_backends",
+    "make_sandbox",
+    "register_backend",
+]

@@ -1,0 +1,214 @@
+"""The sandbox interface: run agent code in a per-episode workspace, with limits.
+
+A :class:`Sandbox` is a configured backend (limits, interpreter, image). ``sandbox.session()`` opens one
+:class:`Session` per episode: it owns a workspace directory that persists across every execution of the
+episode (files written by one agent are there for the next) and is removed by ``close()``.
+
+Every execution returns an :class:`ExecResult` whose ``status`` is one of ``ok``, ``error``, ``timeout`` or
+``oom``. A backend never raises for a failure of the *executed code*; it raises only when the backend itself
+cannot run anything (for example, no Docker engine).
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+TRUNCATION_MARKER = "\n[... output truncated: {dropped} more bytes ...]\n"
+
+
+class ExecStatus(enum.StrEnum):
+    """Outcome of one execution."""
+
+    OK = "ok"  # exited with code 0
+    ERROR = "error"  # non-zero exit (exception, syntax error, killed by a signal other than timeout/oom)
+    TIMEOUT = "timeout"  # wall-clock limit reached; the process group was killed
+    OOM = "oom"  # memory limit reached (MemoryError, or killed by the kernel's OOM killer)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits applied to every execution.
+
+    Backends apply what they can; :attr:`Sandbox.enforces` says which of these a backend really enforces.
+    """
+
+    timeout_s: float = 10.0
+    """Wall-clock seconds per execution; the executed process (and its children) is killed after it."""
+    memory_mb: int = 1024
+    """Address-space (subprocess) or cgroup (Docker) memory limit."""
+    cpus: float = 1.0
+    """CPU share (Docker, bubblewrap with cgroups). The subprocess backend limits CPU *time* instead."""
+    pids: int = 64
+    """Maximum number of processes/threads (Docker, bubblewrap)."""
+    output_bytes: int = 16_384
+    """Bytes kept from each of stdout and stderr; the rest is counted and dropped with a marker."""
+    file_size_mb: int = 256
+    """Largest single file the code may write."""
+
+
+@dataclass
+class FileChange:
+    """A workspace file created, modified or deleted by one execution."""
+
+    path: str  # relative to the workspace root, POSIX separators
+    change: str  # "created" | "modified" | "deleted"
+    size: int  # bytes after the change (0 when deleted)
+
+
+@dataclass
+class ExecResult:
+    """Structured result of one execution."""
+
+    status: ExecStatus
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    files_changed: list[FileChange] = field(default_factory=list)
+    backend: str = ""
+    error: str | None = None
+    """A message from the backend itself (timeout, oom, signal), separate from the program's stderr."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == ExecStatus.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["status"] = str(self.status)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExecResult:
+        d = dict(d)
+        d["status"] = ExecStatus(d["status"])
+        d["files_changed"] = [FileChange(**f) for f in d.get("files_changed", [])]
+        return cls(**d)
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Map every regular file under ``root`` (symlinks are not followed) to ``(size, mtime_ns)``."""
+    out: dict[str, tuple[int, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in filenames:
+            p = Path(dirpath, name)
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            out[p.relative_to(root).as_posix()] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def diff_snapshots(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[FileChange]:
+    changes = []
+    for path, (size, mtime) in sorted(after.items()):
+        if path not in before:
+            changes.append(FileChange(path, "created", size))
+        elif before[path] != (size, mtime):
+            changes.append(FileChange(path, "modified", size))
+    changes.extend(FileChange(path, "deleted", 0) for path in sorted(before.keys() - after.keys()))
+    return changes
+
+
+class Session(abc.ABC):
+    """One episode's execution context: a persistent workspace plus the backend's process/container."""
+
+    def __init__(self, sandbox: Sandbox, workspace: Path | None = None, keep_workspace: bool = False):
+        self.sandbox = sandbox
+        self._owns_workspace = workspace is None
+        if workspace is None:
+            workspace = Path(tempfile.mkdtemp(prefix="mappa-ws-"))
+        else:
+            workspace = Path(workspace)
+            workspace.mkdir(parents=True, exist_ok=True)
+        self.workspace = workspace.resolve()
+        self.keep_workspace = keep_workspace
+        self.closed = False
+        self.executions = 0
+
+    @abc.abstractmethod
+    def run(self, code: str, *, timeout_s: float | None = None) -> ExecResult:
+        """Execute Python ``code`` with the workspace as the working directory."""
+
+    def files(self) -> dict[str, int]:
+        """Workspace files (relative path -> size in bytes)."""
+        return {p: size for p, (size, _) in snapshot(self.workspace).items()}
+
+    def write_file(self, relpath: str, data: bytes | str) -> None:
+        """Place a file in the workspace (task inputs). Refuses paths that escape the workspace."""
+        target = (self.workspace / relpath).resolve()
+        if not target.is_relative_to(self.workspace):
+            raise ValueError(f"path escapes the workspace: {relpath!r}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data.encode() if isinstance(data, str) else data)
+
+    def close(self) -> None:
+        """Release the backend's resources and remove the workspace (unless ``keep_workspace``)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._close_backend()
+        if self._owns_workspace and not self.keep_workspace:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+
+    def _close_backend(self) -> None:  # noqa: B027 - optional hook
+        """Backend-specific clean-up (stop a container, a worker...)."""
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Sandbox(abc.ABC):
+    """A configured execution backend; opens one :class:`Session` per episode."""
+
+    name: str = "abstract"
+    isolated: bool = False
+    """True only for backends that isolate the executed code from the host (filesystem, network, env)."""
+    enforces: frozenset[str] = frozenset()
+    """Names of the :class:`Limits` fields this backend enforces."""
+
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits or Limits()
+
+    @abc.abstractmethod
+    def session(self, workspace: str | Path | None = None, keep_workspace: bool = False) -> Session:
+        """Open a session with a fresh (or the given) workspace."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release backend-wide resources."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(limits={self.limits})"
+
+
+def join_head_tail(head: bytes, tail: bytes, total: int) -> tuple[str, bool]:
+    """Decode captured output (UTF-8, invalid bytes replaced), with a marker where bytes were dropped.
+
+    ``head`` is the start of the stream, ``tail`` its end, ``total`` the stream's full length in bytes.
+    """
+    dropped = total - len(head) - len(tail)
+    if dropped <= 0:
+        return (head + tail).decode("utf-8", errors="replace"), False
+    text = head.decode("utf-8", errors="replace")
+    text += TRUNCATION_MARKER.format(dropped=dropped)
+    text += tail.decode("utf-8", errors="replace")
+    return text, True
