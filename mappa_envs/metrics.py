@@ -1,0 +1,87 @@
+"""Statistics over episode records: accuracy with confidence intervals and per-role behaviour."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .core import EpisodeRecord, extract_code_blocks
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (sensible at 0 and n, unlike the normal approximation)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+@dataclass
+class RoleStats:
+    role: str
+    actions: int = 0
+    code_actions: int = 0
+    """Actions containing at least one closed ```python block."""
+    tool_calls: int = 0
+    tool_ok: int = 0
+    chars: int = 0
+    issues: int = 0
+
+    @property
+    def code_rate(self) -> float:
+        return self.code_actions / self.actions if self.actions else 0.0
+
+    @property
+    def tool_success_rate(self) -> float:
+        return self.tool_ok / self.tool_calls if self.tool_calls else 0.0
+
+    @property
+    def mean_chars(self) -> float:
+        return self.chars / self.actions if self.actions else 0.0
+
+
+def role_stats(records: Sequence[EpisodeRecord]) -> dict[str, RoleStats]:
+    stats: dict[str, RoleStats] = {}
+    for rec in records:
+        for act in rec.actions:
+            s = stats.setdefault(act.role, RoleStats(act.role))
+            s.actions += 1
+            s.code_actions += bool(extract_code_blocks(act.output)[0])
+            s.tool_calls += len(act.tool_calls)
+            s.tool_ok += sum(c.result.ok for c in act.tool_calls)
+            s.chars += len(act.output)
+            s.issues += len(act.issues)
+    return stats
+
+
+def accuracy(records: Sequence[EpisodeRecord], key: str = "correct") -> tuple[int, int]:
+    """(successes, episodes with the outcome ``key``)."""
+    graded = [r for r in records if key in r.outcome]
+    return sum(bool(r.outcome[key]) for r in graded), len(graded)
+
+
+def summary_table(records: Sequence[EpisodeRecord]) -> str:
+    """Per-role behaviour and overall accuracy as a text table."""
+    lines = [f"{'role':<16}{'actions':>8}{'code':>8}{'tool ok':>9}{'chars':>8}{'issues':>8}"]
+    for s in role_stats(records).values():
+        tool = f"{s.tool_ok}/{s.tool_calls}" if s.tool_calls else "-"
+        lines.append(
+            f"{s.role:<16}{s.actions:>8}{s.code_rate:>8.0%}{tool:>9}{s.mean_chars:>8.0f}{s.issues:>8}"
+        )
+    k, n = accuracy(records)
+    lo, hi = wilson_interval(k, n)
+    lines.append(f"accuracy: {k}/{n} = {k / n if n else 0:.1%} (95% CI {lo:.1%}-{hi:.1%})")
+    return "\n".join(lines)
+
+
+def per_task(records: Sequence[EpisodeRecord]) -> dict[str, list[bool]]:
+    out: dict[str, list[bool]] = defaultdict(list)
+    for r in records:
+        if "correct" in r.outcome:
+            out[r.task_id].append(bool(r.outcome["correct"]))
+    return dict(out)

@@ -1,0 +1,227 @@
+"""MathChat-v0 episodes with scripted actions: turn logic, tool feedback, records, malformed actions."""
+
+import base64
+
+import pytest
+
+import mappa_envs
+from mappa_envs.core import EpisodeRecord, read_jsonl, write_jsonl
+
+SOLVER = "The product is 6 * 7 = 42, so the answer is \\boxed{42}."
+CODE = "```python\nprint(6 * 7)\n```"
+VERIFY = "Both agree. \\boxed{42}"
+
+
+def make_env(**kw):
+    return mappa_envs.make("mappa/MathChat-v0", tasks=[{"id": "q", "prompt": "What is 6 times 7?", "answer": "42"}], **kw)
+
+
+def play(env, actions):
+    """Step the given actions for live agents, then the dead steps; returns the final rewards seen by last()."""
+    actions = list(actions)
+    final = {}
+    for agent in env.agent_iter():
+        _, reward, term, trunc, info = env.last()
+        if term or trunc:
+            final[agent] = (reward, info)
+            env.step(None)
+        else:
+            env.step(actions.pop(0))
+    assert not actions, f"unused actions: {actions}"
+    return final
+
+
+def test_full_episode_correct():
+    env = make_env()
+    env.reset(seed=0)
+    final = play(env, [SOLVER, CODE, "The code printed 42.", VERIFY])
+    rec = env.record
+    assert [(a.agent, a.turn) for a in rec.actions] == [
+        ("problem_solver_0", 1),
+        ("code_executor_0", 1),
+        ("code_executor_0", 2),
+        ("verifier_0", 1),
+    ]
+    assert rec.outcome == {"predicted": "42", "answer": "42", "correct": True}
+    assert all(r == 1.0 for r, _ in final.values()) and set(final) == set(env.possible_agents)
+    assert all(info["correct"] is True for _, info in final.values())
+    # the outcome is credited to each agent's last action
+    assert [a.reward for a in rec.actions] == [1.0, 0.0, 1.0, 1.0]
+    call = rec.actions[1].tool_calls[0]
+    assert call.result.status == "ok" and call.result.stdout == "42\n"
+
+
+def test_code_executor_turn_ends_without_code():
+    env = make_env()
+    env.reset(seed=0)
+    play(env, [SOLVER, "I would compute 6*7 = 42 by hand.", VERIFY])
+    assert [a.agent for a in env.record.actions] == ["problem_solver_0", "code_executor_0", "verifier_0"]
+
+
+def test_code_executor_at_most_two_turns():
+    env = make_env()
+    env.reset(seed=0)
+    play(env, [SOLVER, CODE, CODE, VERIFY])
+    assert [a.agent for a in env.record.actions].count("code_executor_0") == 2
+
+
+def test_wrong_and_missing_answers():
+    env = make_env()
+    env.reset(seed=0)
+    final = play(env, [SOLVER, "no code", "\\boxed{41}"])
+    assert env.record.outcome["correct"] is False and all(r == 0.0 for r, _ in final.values())
+    env.reset(seed=0)
+    play(env, [SOLVER, "no code", "I am not sure."])
+    assert env.record.outcome["predicted"] is None and env.record.outcome["correct"] is False
+
+
+def test_observations_carry_full_context():
+    env = make_env()
+    env.reset(seed=0)
+    env.step(SOLVER)
+    env.step("```python\nprint(6 * 7)\nprint('to stderr', file=__import__('sys').stderr)\n```")
+    msgs = env.messages("code_executor_0")
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert "What is 6 times 7?" in msgs[1]["content"] and SOLVER in msgs[1]["content"]
+    assert "stdout:\n42" in msgs[3]["content"] and "to stderr" in msgs[3]["content"]
+    env.step("It printed 42.")
+    verifier_view = env.messages("verifier_0")[1]["content"]
+    for piece in (SOLVER, "print(6 * 7)", "stdout:\n42", "It printed 42."):
+        assert piece in verifier_view
+    obs = env.observe("verifier_0")
+    assert env.observation_space("verifier_0").contains(obs)
+    env.step(VERIFY)
+    # every recorded action has the exact input it was given
+    rec = env.record
+    assert rec.actions[-1].messages[1]["content"] == verifier_view
+
+
+def test_tool_errors_are_fed_back():
+    env = make_env()
+    env.reset(seed=0)
+    env.step(SOLVER)
+    env.step("```python\nprint(1/0)\n```")
+    feedback = env.messages("code_executor_0")[-1]["content"]
+    assert "Execution status: error" in feedback and "ZeroDivisionError" in feedback
+    assert env.infos["code_executor_0"]["tool_status"] == ["error"]
+
+
+def test_workspace_persists_across_turns():
+    env = make_env()
+    env.reset(seed=0)
+    env.step(SOLVER)
+    env.step("```python\nopen('x.txt', 'w').write('42')\n```")
+    env.step("```python\nprint(open('x.txt').read())\n```")
+    assert env.record.actions[2].tool_calls[0].result.stdout == "42\n"
+
+
+MALFORMED = {
+    "empty": "",
+    "whitespace": "   \n\t ",
+    "enormous": "x" * 2_000_000 + "\n```python\nprint(1)\n```",
+    "binary junk": bytes(range(256)) * 50,
+    "unclosed fence": "Let me compute:\n```python\nprint(6 * 7)\n",
+    "control characters": "a\x00b\x1bc\ud800d",
+    "not a string": 12345,
+}
+
+
+@pytest.mark.parametrize("kind", MALFORMED)
+def test_malformed_actions_recorded_and_episode_goes_on(kind):
+    env = make_env()
+    env.reset(seed=0)
+    bad = MALFORMED[kind]
+    final = play(env, [SOLVER, bad, *(["ok"] if kind == "enormous" else []), VERIFY])
+    rec = env.record
+    act = rec.actions[1]
+    assert act.agent == "code_executor_0"
+    assert rec.outcome["correct"] is True and set(final) == set(env.possible_agents)
+    if kind == "binary junk":
+        assert base64.b64decode(act.raw_output_b64) == bad  # nothing lost
+        assert any("bytes" in i for i in act.issues)
+    elif kind == "not a string":
+        assert act.output == "12345" and act.issues
+    else:
+        assert act.output == bad.replace("\r", "\n")  # the full text is kept
+    if kind in ("empty", "whitespace"):
+        assert "empty action" in act.issues
+    if kind == "unclosed fence":
+        assert not act.tool_calls and any("unclosed" in i for i in act.issues)
+    if kind == "enormous":
+        assert act.tool_calls and any("truncated" in i for i in act.issues)
+        later = rec.actions[-1].messages[1]["content"]
+        assert len(later) < 40_000 and "characters truncated" in later
+    # observations stay inside the observation space
+    for agent in env.possible_agents:
+        assert env.observation_space(agent).contains(env.observe(agent))
+
+
+def test_records_round_trip_jsonl(tmp_path):
+    env = make_env()
+    env.reset(seed=3)
+    play(env, [SOLVER, bytes([0xFF, 0xFE]) + b"junk", VERIFY])
+    path = tmp_path / "t.jsonl"
+    write_jsonl(path, [env.record, env.record])
+    back = list(read_jsonl(path))
+    assert len(back) == 2 and back[0].to_dict() == env.record.to_dict()
+    assert isinstance(back[0], EpisodeRecord) and back[0].actions[1].raw_output_b64
+    path.write_text('{"not": "a record"}\n')
+    with pytest.raises(ValueError, match=":1: not a valid episode record"):
+        list(read_jsonl(path))
+
+
+def test_seeded_task_sampling_and_options():
+    env = mappa_envs.make("mappa/MathChat-v0", split="amc-eval-32")
+    ids = []
+    for _ in range(2):
+        env.reset(seed=123)
+        ids.append(env.task.id)
+    assert ids[0] == ids[1]
+    seen = set()
+    for s in range(20):
+        env.reset(seed=s)
+        seen.add(env.task.id)
+    assert len(seen) > 5
+    env.reset(options={"task_index": 3})
+    assert env.task is env.tasks[3]
+    env.reset(options={"task_id": env.tasks[5].id})
+    assert env.task is env.tasks[5]
+    with pytest.raises(KeyError):
+        env.reset(options={"task_id": "nope"})
+
+
+def test_step_before_reset_is_an_error():
+    env = make_env()
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("hi")
+
+
+def test_render_ansi_transcript():
+    env = make_env(render_mode="ansi")
+    env.reset(seed=0)
+    play(env, [SOLVER, CODE, "42", VERIFY])
+    text = env.render()
+    assert "--- code_executor_0 (turn 1) ---" in text and "stdout:" in text and "correct=True" in text
+
+
+def test_splits_and_leakage():
+    from mappa_envs.tasks.mathchat import load_split
+
+    train = {t.prompt for t in load_split("aime-train")}
+    assert len(load_split("aime-1983-2024")) == 933
+    assert not train & {t.prompt for t in load_split("aime-eval-32")}
+    assert not {t.prompt for t in load_split("amc-train")} & {t.prompt for t in load_split("amc-eval-32")}
+    a, b = load_split("arith-train"), load_split("arith-eval")
+    assert len(a) == 512 and len(b) == 64 and not {t.prompt for t in a} & {t.prompt for t in b}
+
+
+def test_broken_dataset_file_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"prompt": "q1", "answer": "1"}, {"prompt": "q2"}]')
+    with pytest.raises(ValueError, match=r"row 1 lacks \['answer'\]"):
+        mappa_envs.make("mappa/MathChat-v0", data_file=str(bad))
+    bad.write_text('{"prompt": "q1", "answer": "1"}\n{oops\n')
+    with pytest.raises(ValueError, match="bad.json:2"):
+        mappa_envs.make("mappa/MathChat-v0", data_file=str(bad))
+    with pytest.raises(ValueError, match="unknown MathChat split"):
+        mappa_envs.make("mappa/MathChat-v0", split="nope")
