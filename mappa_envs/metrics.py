@@ -70,9 +70,7 @@ def summary_table(records: Sequence[EpisodeRecord]) -> str:
     lines = [f"{'role':<16}{'actions':>8}{'code':>8}{'tool ok':>9}{'chars':>8}{'issues':>8}"]
     for s in role_stats(records).values():
         tool = f"{s.tool_ok}/{s.tool_calls}" if s.tool_calls else "-"
-        lines.append(
-            f"{s.role:<16}{s.actions:>8}{s.code_rate:>8.0%}{tool:>9}{s.mean_chars:>8.0f}{s.issues:>8}"
-        )
+        lines.append(f"{s.role:<16}{s.actions:>8}{s.code_rate:>8.0%}{tool:>9}{s.mean_chars:>8.0f}{s.issues:>8}")
     k, n = accuracy(records)
     lo, hi = wilson_interval(k, n)
     lines.append(f"accuracy: {k}/{n} = {k / n if n else 0:.1%} (95% CI {lo:.1%}-{hi:.1%})")

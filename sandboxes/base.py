@@ -98,7 +98,7 @@ class ExecResult:
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     """Map every regular file under ``root`` (symlinks are not followed) to ``(size, mtime_ns)``."""
     out: dict[str, tuple[int, int]] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+    for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
         for name in filenames:
             p = Path(dirpath, name)
             try:

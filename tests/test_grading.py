@@ -28,7 +28,14 @@ def test_every_eval_answer_in_every_spelling(task):
     v = int(to_number(task.answer))  # "023", 18.0 and "336^\\circ" all occur
     for name, text in spellings(v).items():
         assert math_equal(text, task.answer), f"{name}: {text!r} should equal {task.answer!r}"
-    for wrong in (str(v + 1), f"\\boxed{{{v - 1}}}", f"{v}.5", "", "I could not solve it", f"\\boxed{{{v + 10}}}"):
+    for wrong in (
+        str(v + 1),
+        f"\\boxed{{{v - 1}}}",
+        f"{v}.5",
+        "",
+        "I could not solve it",
+        f"\\boxed{{{v + 10}}}",
+    ):
         assert not math_equal(wrong, task.answer), f"{wrong!r} should not equal {task.answer!r}"
 
 

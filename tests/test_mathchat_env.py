@@ -13,7 +13,9 @@ VERIFY = "Both agree. \\boxed{42}"
 
 
 def make_env(**kw):
-    return mappa_envs.make("mappa/MathChat-v0", tasks=[{"id": "q", "prompt": "What is 6 times 7?", "answer": "42"}], **kw)
+    return mappa_envs.make(
+        "mappa/MathChat-v0", tasks=[{"id": "q", "prompt": "What is 6 times 7?", "answer": "42"}], **kw
+    )
 
 
 def play(env, actions):
@@ -221,7 +223,7 @@ def test_broken_dataset_file_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"row 1 lacks \['answer'\]"):
         mappa_envs.make("mappa/MathChat-v0", data_file=str(bad))
     bad.write_text('{"prompt": "q1", "answer": "1"}\n{oops\n')
-    with pytest.raises(ValueError, match="bad.json:2"):
+    with pytest.raises(ValueError, match=r"bad\.json:2"):
         mappa_envs.make("mappa/MathChat-v0", data_file=str(bad))
     with pytest.raises(ValueError, match="unknown MathChat split"):
         mappa_envs.make("mappa/MathChat-v0", split="nope")

@@ -25,7 +25,10 @@ def test_register_duplicate_and_invalid():
 
 def test_register_with_default_kwargs():
     mappa_envs.register(
-        "test/MathChatAMC-v0", "mappa_envs.tasks.mathchat:MathChatEnv", kwargs={"split": "amc-eval-32"}, override=True
+        "test/MathChatAMC-v0",
+        "mappa_envs.tasks.mathchat:MathChatEnv",
+        kwargs={"split": "amc-eval-32"},
+        override=True,
     )
     try:
         env = mappa_envs.make("test/MathChatAMC-v0")

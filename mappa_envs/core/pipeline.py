@@ -95,7 +95,11 @@ def format_feedback(result: ExecResult, limit: int) -> str:
 class PipelineEnv(AECEnv, abc.ABC):
     """Base class of the sequential multi-agent pipelines. Subclasses give roles, tasks and ``grade``."""
 
-    metadata: dict[str, Any] = {"render_modes": ["human", "ansi"], "name": "mappa_pipeline", "is_parallelizable": False}
+    metadata: dict[str, Any] = {
+        "render_modes": ["human", "ansi"],
+        "name": "mappa_pipeline",
+        "is_parallelizable": False,
+    }
     env_id: str = "mappa/Pipeline-v0"
 
     def __init__(
@@ -148,7 +152,7 @@ class PipelineEnv(AECEnv, abc.ABC):
         """The task as agents read it."""
         return task.prompt
 
-    def on_episode_start(self, task: Task) -> None:  # noqa: B027 - optional hook
+    def on_episode_start(self, task: Task) -> None:
         """Prepare the workspace for ``task`` (e.g. copy data files via ``self.session.write_file``)."""
 
     def role(self, agent: str) -> Role:
@@ -301,7 +305,10 @@ class PipelineEnv(AECEnv, abc.ABC):
             if act.tool_calls:
                 feedback = "\n\n".join(c.feedback for c in act.tool_calls)
                 msgs.append(
-                    {"role": "user", "content": sanitize(f"{feedback}\n\n{role.continue_instruction.strip()}")}
+                    {
+                        "role": "user",
+                        "content": sanitize(f"{feedback}\n\n{role.continue_instruction.strip()}"),
+                    }
                 )
         return msgs
 

@@ -29,7 +29,12 @@ class ToolCall:
     """The text shown to the agents (formatted and truncated from ``result``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tool": self.tool, "input": self.input, "result": self.result.to_dict(), "feedback": self.feedback}
+        return {
+            "tool": self.tool,
+            "input": self.input,
+            "result": self.result.to_dict(),
+            "feedback": self.feedback,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ToolCall:

@@ -38,7 +38,15 @@ _FILES = {
     "amc-eval-32": "amc_eval_32.json",
     "amc-pool": "amc.json",
 }
-SPLITS = ("aime-train", "aime-eval-32", "aime-1983-2024", "amc-train", "amc-eval-32", "arith-train", "arith-eval")
+SPLITS = (
+    "aime-train",
+    "aime-eval-32",
+    "aime-1983-2024",
+    "amc-train",
+    "amc-eval-32",
+    "arith-train",
+    "arith-eval",
+)
 
 
 def _norm(prompt: str) -> str:
@@ -79,7 +87,14 @@ def tasks_from_rows(rows: list[Any], source: str, prefix: str) -> list[Task]:
         if missing:
             raise ValueError(f"{source}: row {i} lacks {missing}")
         meta = {k: v for k, v in row.items() if k not in ("prompt", "answer", "id", "solution")}
-        tasks.append(Task(id=f"{prefix}/{row.get('id', i)}", prompt=str(row["prompt"]), answer=row["answer"], metadata=meta))
+        tasks.append(
+            Task(
+                id=f"{prefix}/{row.get('id', i)}",
+                prompt=str(row["prompt"]),
+                answer=row["answer"],
+                metadata=meta,
+            )
+        )
     if not tasks:
         raise ValueError(f"{source}: no tasks")
     return tasks
@@ -132,17 +147,29 @@ def arithmetic_problems(n: int, seed: int, prefix: str = "arith") -> list[Task]:
         kind = int(rng.integers(4))
         a, b, c = (int(x) for x in rng.integers(2, 60, size=3))
         if kind == 0:
-            prompt = f"{name} has {a} boxes with {b} {item} in each box, and gives away {c} {item}. How many {item} does {name} have left?"
+            c = 1 + c % (a * b - 1)  # never gives away more than there is
+            prompt = (
+                f"{name} has {a} boxes with {b} {item} in each box, and gives away {c} {item}. "
+                f"How many {item} does {name} have left?"
+            )
             answer = a * b - c
         elif kind == 1:
-            prompt = f"{name} buys {a} packs of {item} at {b} dollars each and pays with a {a * b + c} dollar note. How much change does {name} get, in dollars?"
+            prompt = (
+                f"{name} buys {a} packs of {item} at {b} dollars each and pays with a {a * b + c} dollar note. "
+                f"How much change does {name} get, in dollars?"
+            )
             answer = c
         elif kind == 2:
-            total = a * b
-            prompt = f"{name} shares {total} {item} equally among {a} friends, then each friend gets {c} more. How many {item} does each friend have now?"
+            prompt = (
+                f"{name} shares {a * b} {item} equally among {a} friends, then each friend gets {c} more. "
+                f"How many {item} does each friend have now?"
+            )
             answer = b + c
         else:
-            prompt = f"{name} had {a} {item}, found {b} more, and then doubled the collection. How many {item} does {name} have?"
+            prompt = (
+                f"{name} had {a} {item}, found {b} more, and then doubled the collection. "
+                f"How many {item} does {name} have?"
+            )
             answer = 2 * (a + b)
         tasks.append(Task(id=f"{prefix}/{i}", prompt=prompt, answer=str(answer), metadata={"kind": kind}))
     return tasks

@@ -23,9 +23,7 @@ pencils_per_box = 12
 boxes = 7
 print(pencils_per_box * boxes)
 ```"""
-CODE_EXECUTOR_INSTRUCTION = (
-    "Write one ```python code block that computes the answer to the task and prints it."
-)
+CODE_EXECUTOR_INSTRUCTION = "Write one ```python code block that computes the answer to the task and prints it."
 CODE_EXECUTOR_CONTINUE = (
     "That is the output of your code. If it failed or looks wrong, write a corrected ```python block; "
     "otherwise state the computed answer in one sentence, without code."
