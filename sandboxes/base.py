@@ -15,6 +15,7 @@ import abc
 import enum
 import os
 import shutil
+import signal
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -200,6 +201,33 @@ class Sandbox(abc.ABC):
         return f"{type(self).__name__}(limits={self.limits})"
 
 
+class OutputCap:
+    """Keeps the first and the last ``limit // 2`` bytes of a stream and counts what is dropped.
+
+    Keeping the tail matters: a traceback's last line says what went wrong.
+    """
+
+    def __init__(self, limit: int):
+        self.head_limit = limit - limit // 2
+        self.tail_limit = limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk and self.tail_limit:
+            self.tail += chunk
+            del self.tail[: max(0, len(self.tail) - self.tail_limit)]
+
+    def text(self) -> tuple[str, bool]:
+        return join_head_tail(bytes(self.head), bytes(self.tail), self.total)
+
+
 def join_head_tail(head: bytes, tail: bytes, total: int) -> tuple[str, bool]:
     """Decode captured output (UTF-8, invalid bytes replaced), with a marker where bytes were dropped.
 
@@ -212,3 +240,24 @@ def join_head_tail(head: bytes, tail: bytes, total: int) -> tuple[str, bool]:
     text += TRUNCATION_MARKER.format(dropped=dropped)
     text += tail.decode("utf-8", errors="replace")
     return text, True
+
+
+def classify(exit_code: int | None, stderr: str, timed_out: bool) -> tuple[ExecStatus, str | None]:
+    """Map a finished process to a status and a backend message."""
+    if timed_out:
+        return ExecStatus.TIMEOUT, "execution timed out and was killed"
+    tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    if "MemoryError" in tail or "Unable to allocate" in tail:
+        return ExecStatus.OOM, "memory limit reached"
+    if exit_code == 0:
+        return ExecStatus.OK, None
+    if exit_code is not None and exit_code < 0:
+        sig = -exit_code
+        if sig == signal.SIGKILL:
+            return ExecStatus.OOM, "killed (SIGKILL), most likely by the memory limit"
+        if sig == signal.SIGXCPU:
+            return ExecStatus.TIMEOUT, "CPU-time limit reached"
+        if sig == signal.SIGXFSZ:
+            return ExecStatus.ERROR, "file-size limit reached"
+        return ExecStatus.ERROR, f"killed by signal {signal.Signals(sig).name}"
+    return ExecStatus.ERROR, None

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from .base import ExecResult, ExecStatus, Limits, Sandbox, Session, diff_snapshots, join_head_tail, snapshot
+from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, diff_snapshots, snapshot
 
 # Runs in the child before the agent's code: set rlimits, then exec the real interpreter (limits survive exec).
 # Doing this in the child instead of ``preexec_fn`` keeps Popen safe when the host process has threads.
@@ -46,57 +46,22 @@ _CHILD_ENV = {
 
 
 class _CappedReader(threading.Thread):
-    """Drains a pipe, keeping the first and the last ``limit // 2`` bytes and counting what is dropped.
-
-    Keeping the tail matters: a traceback's last line says what went wrong.
-    """
+    """Drains a pipe into an :class:`OutputCap`."""
 
     def __init__(self, stream, limit: int):
         super().__init__(daemon=True)
         self.stream = stream
-        self.head_limit = limit - limit // 2
-        self.tail_limit = limit // 2
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
+        self.cap = OutputCap(limit)
 
     def run(self) -> None:
         try:
             while chunk := self.stream.read1(65536):
-                self.total += len(chunk)
-                room = self.head_limit - len(self.head)
-                if room > 0:
-                    self.head += chunk[:room]
-                    chunk = chunk[room:]
-                if chunk and self.tail_limit:
-                    self.tail += chunk
-                    del self.tail[: max(0, len(self.tail) - self.tail_limit)]
+                self.cap.feed(chunk)
         except (OSError, ValueError):
             pass
 
     def text(self) -> tuple[str, bool]:
-        return join_head_tail(bytes(self.head), bytes(self.tail), self.total)
-
-
-def classify(exit_code: int | None, stderr: str, timed_out: bool) -> tuple[ExecStatus, str | None]:
-    """Map a finished process to a status and a backend message."""
-    if timed_out:
-        return ExecStatus.TIMEOUT, "execution timed out and was killed"
-    tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
-    if "MemoryError" in tail or "Unable to allocate" in tail:
-        return ExecStatus.OOM, "memory limit reached"
-    if exit_code == 0:
-        return ExecStatus.OK, None
-    if exit_code is not None and exit_code < 0:
-        sig = -exit_code
-        if sig == signal.SIGKILL:
-            return ExecStatus.OOM, "killed (SIGKILL), most likely by the memory limit"
-        if sig == signal.SIGXCPU:
-            return ExecStatus.TIMEOUT, "CPU-time limit reached"
-        if sig == signal.SIGXFSZ:
-            return ExecStatus.ERROR, "file-size limit reached"
-        return ExecStatus.ERROR, f"killed by signal {signal.Signals(sig).name}"
-    return ExecStatus.ERROR, None
+        return self.cap.text()
 
 
 class SubprocessSession(Session):
