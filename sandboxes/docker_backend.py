@@ -1,0 +1,302 @@
+"""Docker backend: one long-lived, locked-down container per episode.
+
+Each session starts a container from the sandbox image (see :mod:`sandboxes.image`) with:
+
+- no network (``network_mode="none"``), a read-only root filesystem and a small ``/tmp`` tmpfs;
+- memory (swap included), CPU and pids limits, a per-file size limit, no core dumps;
+- all capabilities dropped and ``no-new-privileges``; the executed code runs as an unprivileged user
+  (uid 65534) while PID 1 (docker's init) belongs to root, so a clean-up can kill every process of that user;
+- the episode workspace bind-mounted read-write at ``/workspace`` and the code cells read-only at ``/mappa/code``;
+- an environment of a few fixed variables: nothing from the host.
+
+Each execution runs ``timeout -s KILL <t> python3 -I -u cell.py`` through ``docker exec`` and then kills any process
+the code left behind. If the engine stops answering within the timeout plus a grace period, the container is
+recreated; the workspace (a host folder) survives. Containers carry the label ``mappa.sandbox`` and are removed at
+session close, at interpreter exit, and by :func:`reap` (run when a sandbox is created) for leftovers of
+crashed runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, diff_snapshots, snapshot
+from .image import DEFAULT_IMAGE
+
+LABEL = "mappa.sandbox"
+SANDBOX_UID = 65534
+GRACE_S = 5.0
+
+_CHILD_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/workspace",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONIOENCODING": "utf-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "MPLBACKEND": "Agg",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
+_live_sessions: weakref.WeakSet[DockerSession] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for s in list(_live_sessions):
+        try:
+            s.close()
+        except Exception:
+            pass
+
+
+def docker_client(timeout: float = 60.0):
+    """A Docker SDK client for the local engine; raises a clear error when there is none."""
+    try:
+        import docker
+    except ImportError:
+        raise RuntimeError("the Docker backend needs the 'docker' extra: pip install 'mappa-envs[docker]'") from None
+    try:
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+    except Exception as e:
+        raise RuntimeError(
+            f"no Docker engine reachable ({e}); start one (e.g. `dockerd --iptables=false --bridge=none &`) "
+            "or use the 'subprocess' backend"
+        ) from None
+    return client
+
+
+def engine_available() -> bool:
+    try:
+        docker_client(timeout=5)
+        return True
+    except RuntimeError:
+        return False
+
+
+def reap(client=None, *, all_owners: bool = False) -> int:
+    """Remove leftover sandbox containers whose owning process is gone (or all of them). Returns the count."""
+    client = client or docker_client()
+    removed = 0
+    host = socket.gethostname()
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        labels = c.labels or {}
+        pid = int(labels.get("mappa.owner_pid", "0") or 0)
+        same_host = labels.get("mappa.owner_host") == host
+        if all_owners or not same_host or not _pid_alive(pid, float(labels.get("mappa.owner_start", "0") or 0)):
+            try:
+                c.remove(force=True)
+                removed += 1
+            except Exception:
+                pass
+    return removed
+
+
+def _process_start(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return float(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1.0
+
+
+def _pid_alive(pid: int, start: float) -> bool:
+    """Whether ``pid`` is alive and is the same process (start time matches: pids are reused)."""
+    if pid <= 0:
+        return False
+    return _process_start(pid) == start
+
+
+class DockerSession(Session):
+    def __init__(self, sandbox: DockerSandbox, workspace=None, keep_workspace=False):
+        super().__init__(sandbox, workspace, keep_workspace)
+        self._code_dir = Path(tempfile.mkdtemp(prefix="mappa-code-"))
+        os.chmod(self._code_dir, 0o755)
+        self._prepare_workspace()
+        self.container = None
+        self._start_container()
+        _live_sessions.add(self)
+
+    def _prepare_workspace(self) -> None:
+        # The code runs as SANDBOX_UID: it must own the workspace to write there.
+        if os.geteuid() == 0:
+            os.chown(self.workspace, SANDBOX_UID, SANDBOX_UID)
+        else:
+            os.chmod(self.workspace, 0o777)
+
+    def _start_container(self) -> None:
+        sb: DockerSandbox = self.sandbox  # type: ignore[assignment]
+        from docker.types import Ulimit
+
+        lim = sb.limits
+        mem = f"{lim.memory_mb}m"
+        fsize = lim.file_size_mb * 1024 * 1024
+        self.container = sb.client.containers.run(
+            sb.image,
+            command=["sleep", "infinity"],
+            detach=True,
+            init=True,
+            user="0:0",
+            network_mode="none",
+            read_only=True,
+            tmpfs={"/tmp": f"size={sb.tmpfs_mb}m,mode=1777,noexec,nosuid,nodev"},
+            mem_limit=mem,
+            memswap_limit=mem,
+            nano_cpus=int(lim.cpus * 1e9),
+            pids_limit=lim.pids,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            ulimits=[Ulimit(name="fsize", soft=fsize, hard=fsize), Ulimit(name="core", soft=0, hard=0)],
+            volumes={
+                str(self.workspace): {"bind": "/workspace", "mode": "rw"},
+                str(self._code_dir): {"bind": "/mappa/code", "mode": "ro"},
+            },
+            working_dir="/workspace",
+            environment=dict(_CHILD_ENV),
+            labels={
+                LABEL: "1",
+                "mappa.owner_pid": str(os.getpid()),
+                "mappa.owner_start": str(_process_start(os.getpid())),
+                "mappa.owner_host": socket.gethostname(),
+            },
+            auto_remove=False,
+        )
+
+    def _exec(self, cmd: list[str], user: str, limit: int, deadline: float | None) -> tuple[int | None, Any, Any]:
+        """Run ``cmd`` in the container; returns (exit code, stdout cap, stderr cap). None exit code: no answer."""
+        api = self.sandbox.client.api  # type: ignore[attr-defined]
+        exec_id = api.exec_create(self.container.id, cmd, user=user, workdir="/workspace", environment=_CHILD_ENV)
+        out, err = OutputCap(limit), OutputCap(limit)
+        done = threading.Event()
+
+        def pump() -> None:
+            try:
+                for o, e in api.exec_start(exec_id, stream=True, demux=True):
+                    if o:
+                        out.feed(o)
+                    if e:
+                        err.feed(e)
+            except Exception:
+                pass
+            finally:
+                done.set()
+
+        t = threading.Thread(target=pump, daemon=True)
+        t.start()
+        finished = done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if not finished:
+            return None, out, err
+        return api.exec_inspect(exec_id).get("ExitCode"), out, err
+
+    def _kill_leftovers(self) -> None:
+        # `kill -9 -1` as the sandbox user kills every process of that user except itself; PID 1 is root's.
+        try:
+            self._exec(["sh", "-c", "kill -9 -1 2>/dev/null; true"], str(SANDBOX_UID), 1024, time.monotonic() + 10)
+        except Exception:
+            pass
+
+    def run(self, code: str, *, timeout_s: float | None = None) -> ExecResult:
+        if self.closed:
+            raise RuntimeError("session is closed")
+        sb: DockerSandbox = self.sandbox  # type: ignore[assignment]
+        timeout = sb.limits.timeout_s if timeout_s is None else timeout_s
+        self.executions += 1
+        name = f"cell_{self.executions}.py"
+        (self._code_dir / name).write_text(code, encoding="utf-8", errors="surrogatepass")
+        os.chmod(self._code_dir / name, 0o644)
+        before = snapshot(self.workspace)
+        cmd = ["timeout", "-s", "KILL", f"{timeout:g}", "python3", "-I", "-u", f"/mappa/code/{name}"]
+        start = time.monotonic()
+        exit_code, out, err = self._exec(cmd, str(SANDBOX_UID), sb.limits.output_bytes, start + timeout + GRACE_S)
+        duration = time.monotonic() - start
+        engine_lost = exit_code is None
+        if engine_lost:
+            # The engine did not answer in time: recreate the container; the workspace is a host folder and stays.
+            self._restart_container()
+        else:
+            self._kill_leftovers()
+        stdout, out_trunc = out.text()
+        stderr, err_trunc = err.text()
+        # `timeout -s KILL` exits 137 on timeout, like a kill by the kernel's OOM killer: the elapsed time tells.
+        timed_out = engine_lost or exit_code == 124 or (exit_code == 137 and duration >= 0.98 * timeout)
+        status, message = classify(None if timed_out else (-9 if exit_code == 137 else exit_code), stderr, timed_out)
+        if engine_lost:
+            message = "no answer from the container in time; it was recreated (workspace kept)"
+        return ExecResult(
+            status=status,
+            exit_code=exit_code,
+            stdout=stdout,
+            stderr=stderr,
+            duration_s=duration,
+            stdout_truncated=out_trunc,
+            stderr_truncated=err_trunc,
+            files_changed=diff_snapshots(before, snapshot(self.workspace)),
+            backend=sb.name,
+            error=message,
+        )
+
+    def _restart_container(self) -> None:
+        self._remove_container()
+        self._start_container()
+
+    def _remove_container(self) -> None:
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except Exception:
+                pass
+            self.container = None
+
+    def _close_backend(self) -> None:
+        self._remove_container()
+        shutil.rmtree(self._code_dir, ignore_errors=True)
+        _live_sessions.discard(self)
+
+
+class DockerSandbox(Sandbox):
+    """Runs each code block in the episode's container. See the module docstring for the isolation."""
+
+    name = "docker"
+    isolated = True
+    enforces = frozenset({"timeout_s", "memory_mb", "cpus", "pids", "output_bytes", "file_size_mb"})
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        image: str = DEFAULT_IMAGE,
+        tmpfs_mb: int = 64,
+        reap_leftovers: bool = True,
+        build: bool = False,
+    ):
+        super().__init__(limits)
+        self.client = docker_client()
+        self.image = image
+        self.tmpfs_mb = tmpfs_mb
+        if build:
+            from .image import build_image
+
+            build_image(image, client=self.client)
+        try:
+            self.client.images.get(image)
+        except Exception:
+            raise RuntimeError(
+                f"sandbox image {image!r} not found: build it with `python -m sandboxes build` (offline)"
+            ) from None
+        if reap_leftovers:
+            reap(self.client)
+
+    def session(self, workspace=None, keep_workspace: bool = False) -> DockerSession:
+        return DockerSession(self, workspace, keep_workspace)
