@@ -128,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("envs", help="list registered environments")
     p.set_defaults(func=cmd_envs)
 
+    sub.add_parser("sandbox", help="build the Docker sandbox image offline, or reap leftovers (mappa sandbox -h)")
+
     p = sub.add_parser("run", help="run episodes with local models and write trajectories")
     p.add_argument("--env", default="mappa/MathChat-v0", help="registered env id")
     p.add_argument("-n", "--episodes", type=int, default=3)
@@ -156,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sandbox"]:  # its own parser, so that `mappa sandbox -h` shows its help
+        from sandboxes.__main__ import main as sandboxes_main
+
+        return sandboxes_main(argv[1:], prog="mappa sandbox")
     args = build_parser().parse_args(argv)
     return args.func(args)
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sandboxes")
+def main(argv: list[str] | None = None, prog: str = "python -m sandboxes") -> int:
+    ap = argparse.ArgumentParser(prog=prog)
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the Docker sandbox image offline (skipped when it exists)")
     b.add_argument("--force", action="store_true")
@@ -15,14 +16,18 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("reap", help="remove sandbox containers left by crashed runs")
     r.add_argument("--all", action="store_true", help="remove every sandbox container, live owners too")
     args = ap.parse_args(argv)
-    if args.cmd == "build":
-        from .image import DEFAULT_IMAGE, build_image
+    try:
+        if args.cmd == "build":
+            from .image import DEFAULT_IMAGE, build_image
 
-        print(build_image(args.tag or DEFAULT_IMAGE, force=args.force, mirror=args.mirror))
-    else:
-        from .docker_backend import reap
+            print(build_image(args.tag or DEFAULT_IMAGE, force=args.force, mirror=args.mirror))
+        else:
+            from .docker_backend import reap
 
-        print(f"removed {reap(all_owners=args.all)} container(s)")
+            print(f"removed {reap(all_owners=args.all)} container(s)")
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
