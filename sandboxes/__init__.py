@@ -21,9 +21,16 @@ def _docker(**kwargs: Any) -> Sandbox:
     return DockerSandbox(**kwargs)
 
 
+def _bubblewrap(**kwargs: Any) -> Sandbox:
+    from .bubblewrap_backend import BubblewrapSandbox
+
+    return BubblewrapSandbox(**kwargs)
+
+
 _BACKENDS: dict[str, Callable[..., Sandbox]] = {
     "subprocess": SubprocessSandbox,
     "docker": _docker,
+    "bubblewrap": _bubblewrap,
 }
 
 

@@ -13,11 +13,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m sandboxes") -> in
     b.add_argument("--force", action="store_true")
     b.add_argument("--mirror", default=None, help="Debian mirror (default: the host's apt configuration)")
     b.add_argument("--tag", default=None)
+    b.add_argument("--rootfs-only", action="store_true", help="only the rootfs (bubblewrap); no Docker engine needed")
     r = sub.add_parser("reap", help="remove sandbox containers left by crashed runs")
     r.add_argument("--all", action="store_true", help="remove every sandbox container, live owners too")
     args = ap.parse_args(argv)
     try:
-        if args.cmd == "build":
+        if args.cmd == "build" and args.rootfs_only:
+            from .image import build_rootfs
+
+            print(build_rootfs(force=args.force, mirror=args.mirror))
+        elif args.cmd == "build":
             from .image import DEFAULT_IMAGE, build_image
 
             print(build_image(args.tag or DEFAULT_IMAGE, force=args.force, mirror=args.mirror))

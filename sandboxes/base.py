@@ -147,11 +147,26 @@ class Session(abc.ABC):
 
     def write_file(self, relpath: str, data: bytes | str) -> None:
         """Place a file in the workspace (task inputs). Refuses paths that escape the workspace."""
-        target = (self.workspace / relpath).resolve()
+        target = (self.workspace / relpath).resolve()  # follows symlinks: a planted link cannot redirect us
         if not target.is_relative_to(self.workspace):
             raise ValueError(f"path escapes the workspace: {relpath!r}")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data.encode() if isinstance(data, str) else data)
+
+    def read_file(self, relpath: str, max_bytes: int = 64 * 1024 * 1024) -> bytes:
+        """Read a workspace file on the host, safely: symlinks (anywhere on the path) and paths that leave the
+        workspace are refused, so code in the sandbox cannot make the host read a host file."""
+        target = self.workspace / relpath
+        if not target.resolve().is_relative_to(self.workspace) or any(
+            p.is_symlink() for p in [target, *target.parents] if p.is_relative_to(self.workspace)
+        ):
+            raise ValueError(f"refusing to read {relpath!r}: it leaves the workspace or is a symlink")
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise ValueError(f"{relpath!r} is larger than {max_bytes} bytes")
+        return data
 
     def close(self) -> None:
         """Release the backend's resources and remove the workspace (unless ``keep_workspace``)."""

@@ -31,6 +31,7 @@ from typing import Any
 
 from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, diff_snapshots, snapshot
 from .image import DEFAULT_IMAGE
+from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block
 
 LABEL = "mappa.sandbox"
 SANDBOX_UID = 65534
@@ -124,7 +125,9 @@ class DockerSession(Session):
     def __init__(self, sandbox: DockerSandbox, workspace=None, keep_workspace=False):
         super().__init__(sandbox, workspace, keep_workspace)
         self._code_dir = Path(tempfile.mkdtemp(prefix="mappa-code-"))
+        self._ipc_dir = Path(tempfile.mkdtemp(prefix="mappa-ipc-"))
         os.chmod(self._code_dir, 0o755)
+        self._worker: WarmWorker | None = None
         self._prepare_workspace()
         self.container = None
         self._start_container()
@@ -132,10 +135,11 @@ class DockerSession(Session):
 
     def _prepare_workspace(self) -> None:
         # The code runs as SANDBOX_UID: it must own the workspace to write there.
-        if os.geteuid() == 0:
-            os.chown(self.workspace, SANDBOX_UID, SANDBOX_UID)
-        else:
-            os.chmod(self.workspace, 0o777)
+        for path in (self.workspace, self._ipc_dir):
+            if os.geteuid() == 0:
+                os.chown(path, SANDBOX_UID, SANDBOX_UID)
+            else:
+                os.chmod(path, 0o777)
 
     def _start_container(self) -> None:
         sb: DockerSandbox = self.sandbox  # type: ignore[assignment]
@@ -163,6 +167,7 @@ class DockerSession(Session):
             volumes={
                 str(self.workspace): {"bind": "/workspace", "mode": "rw"},
                 str(self._code_dir): {"bind": "/mappa/code", "mode": "ro"},
+                str(self._ipc_dir): {"bind": "/mappa/ipc", "mode": "rw"},
             },
             working_dir="/workspace",
             environment=dict(_CHILD_ENV),
@@ -218,8 +223,10 @@ class DockerSession(Session):
         (self._code_dir / name).write_text(code, encoding="utf-8", errors="surrogatepass")
         os.chmod(self._code_dir / name, 0o644)
         before = snapshot(self.workspace)
-        cmd = ["timeout", "-s", "KILL", f"{timeout:g}", "python3", "-I", "-u", f"/mappa/code/{name}"]
         start = time.monotonic()
+        if sb.mode == "warm":
+            return self._run_warm(name, timeout, before, start)
+        cmd = ["timeout", "-s", "KILL", f"{timeout:g}", "python3", "-I", "-u", f"/mappa/code/{name}"]
         exit_code, out, err = self._exec(cmd, str(SANDBOX_UID), sb.limits.output_bytes, start + timeout + GRACE_S)
         duration = time.monotonic() - start
         engine_lost = exit_code is None
@@ -244,8 +251,43 @@ class DockerSession(Session):
             stdout_truncated=out_trunc,
             stderr_truncated=err_trunc,
             files_changed=diff_snapshots(before, snapshot(self.workspace)),
-            backend=sb.name,
+            backend=f"{sb.name}/fresh",
             error=message,
+        )
+
+    def _launch_worker(self):
+        sb: DockerSandbox = self.sandbox  # type: ignore[assignment]
+        shutil.copyfile(WORKER_SOURCE, self._code_dir / "_worker.py")
+        os.chmod(self._code_dir / "_worker.py", 0o644)
+        cmd = ["python3", "-I", "-u", "/mappa/code/_worker.py", "/mappa/ipc/worker.sock", "/workspace"]
+        cmd += [",".join(sb.preload), "1"]
+        api = sb.client.api
+        exec_id = api.exec_create(self.container.id, cmd, user=str(SANDBOX_UID), workdir="/workspace")
+        api.exec_start(exec_id, detach=True)
+        # stopping the worker: kill every process of the sandbox user
+        return self._kill_leftovers, lambda: bool(api.exec_inspect(exec_id).get("Running"))
+
+    def _run_warm(self, name: str, timeout: float, before, start: float) -> ExecResult:
+        sb: DockerSandbox = self.sandbox  # type: ignore[assignment]
+        if self._worker is None:
+            self._worker = WarmWorker(self._ipc_dir / "worker.sock", self._launch_worker)
+        exit_code, timed_out, out, err, message = run_block(
+            self._worker, f"/mappa/code/{name}", sb.limits, timeout, 0, GRACE_S
+        )
+        if exit_code is None:  # the worker did not answer: start from a fresh container (workspace kept)
+            self._restart_container()
+        status, msg = classify(exit_code, err[0], timed_out)
+        return ExecResult(
+            status=status,
+            exit_code=exit_code,
+            stdout=out[0],
+            stderr=err[0],
+            duration_s=time.monotonic() - start,
+            stdout_truncated=out[1],
+            stderr_truncated=err[1],
+            files_changed=diff_snapshots(before, snapshot(self.workspace)),
+            backend=f"{sb.name}/warm",
+            error=message or msg,
         )
 
     def _restart_container(self) -> None:
@@ -261,8 +303,11 @@ class DockerSession(Session):
             self.container = None
 
     def _close_backend(self) -> None:
+        if self._worker is not None:
+            self._worker = None  # its processes die with the container
         self._remove_container()
         shutil.rmtree(self._code_dir, ignore_errors=True)
+        shutil.rmtree(self._ipc_dir, ignore_errors=True)
         _live_sessions.discard(self)
 
 
@@ -276,12 +321,18 @@ class DockerSandbox(Sandbox):
     def __init__(
         self,
         limits: Limits | None = None,
+        mode: str = "fresh",
+        preload: tuple[str, ...] = DEFAULT_PRELOAD,
         image: str = DEFAULT_IMAGE,
         tmpfs_mb: int = 64,
         reap_leftovers: bool = True,
         build: bool = False,
     ):
         super().__init__(limits)
+        if mode not in ("fresh", "warm"):
+            raise ValueError(f"mode must be 'fresh' or 'warm', not {mode!r}")
+        self.mode = mode
+        self.preload = tuple(preload)
         self.client = docker_client()
         self.image = image
         self.tmpfs_mb = tmpfs_mb

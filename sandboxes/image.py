@@ -1,15 +1,19 @@
-"""The sandbox image, built offline: a Debian rootfs from ``debootstrap`` imported with ``docker import``.
+"""The sandbox rootfs and image, built offline: a Debian rootfs from ``debootstrap``, imported with ``docker import``.
 
 No registry is needed. The rootfs is Debian bookworm (``minbase``) with python3, numpy, pandas, scikit-learn and
 scipy from Debian's own packages, fetched from the Debian mirror the host's apt already uses. The image tag carries
 a version (:data:`IMAGE_VERSION`): change the package list, bump it. An existing image is never rebuilt unless
 ``force=True``. ``sandboxes/docker/Dockerfile`` builds the same image on machines that can pull ``debian``.
 
-    python -m sandboxes build [--force] [--mirror URL]
+    python -m sandboxes build [--force] [--mirror URL] [--rootfs-only]
+
+The rootfs is kept under ``/var/lib/mappa-envs/sandbox-rootfs/`` (root) or ``$MAPPA_CACHE/sandbox-rootfs/`` (default
+``~/.cache/mappa-envs``): the bubblewrap backend runs in it, and the Docker image is made from it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -39,6 +43,54 @@ def host_debian_mirror() -> str:
     raise RuntimeError("no Debian mirror found in the host's apt sources; pass mirror=...")
 
 
+def cache_dir() -> Path:
+    return Path(os.environ.get("MAPPA_CACHE", Path.home() / ".cache" / "mappa-envs"))
+
+
+def rootfs_dir(version: str = IMAGE_VERSION) -> Path:
+    """Where the sandbox rootfs is kept (the bubblewrap backend runs in it; the Docker image is made from it).
+
+    ``$MAPPA_SANDBOX_ROOTFS`` overrides it. For root the default is under ``/var/lib/mappa-envs``, a path the
+    unprivileged sandbox users can traverse (``/root`` is closed to them); otherwise under the user's cache.
+    """
+    if env := os.environ.get("MAPPA_SANDBOX_ROOTFS"):
+        return Path(env)
+    base = Path("/var/lib/mappa-envs") if os.geteuid() == 0 else cache_dir()
+    return base / "sandbox-rootfs" / f"{SUITE}-py3-v{version}"
+
+
+def build_rootfs(*, force: bool = False, mirror: str | None = None) -> Path:
+    """Build (or reuse) the sandbox rootfs with ``debootstrap``; needs root. Returns its path."""
+    target = rootfs_dir()
+    if (target / "usr/bin/python3").exists() and not force:
+        return target
+    if shutil.which("debootstrap") is None:
+        raise RuntimeError("building the sandbox rootfs needs debootstrap: apt-get install -y debootstrap")
+    mirror = mirror or host_debian_mirror()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    for parent in (target.parent, target.parent.parent):
+        os.chmod(parent, 0o755)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    try:
+        subprocess.run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp), mirror],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
+            shutil.rmtree(tmp / junk, ignore_errors=True)
+        (tmp / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+        for d in ("workspace", "mappa/code", "mappa/ipc"):
+            (tmp / d).mkdir(parents=True, exist_ok=True)
+        os.chmod(tmp, 0o755)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def image_exists(tag: str = DEFAULT_IMAGE, client=None) -> bool:
     from .docker_backend import docker_client
 
@@ -51,33 +103,19 @@ def image_exists(tag: str = DEFAULT_IMAGE, client=None) -> bool:
 
 
 def build_image(tag: str = DEFAULT_IMAGE, *, force: bool = False, mirror: str | None = None, client=None) -> str:
-    """Build the sandbox image offline (root, ``debootstrap`` and a Docker engine needed). Returns the tag."""
+    """Build the Docker sandbox image offline from :func:`build_rootfs` (root and an engine needed)."""
     from .docker_backend import docker_client
 
     client = client or docker_client()
     if not force and image_exists(tag, client):
         return tag
-    if shutil.which("debootstrap") is None:
-        raise RuntimeError("building the sandbox image needs debootstrap: apt-get install -y debootstrap")
-    mirror = mirror or host_debian_mirror()
-    with tempfile.TemporaryDirectory(prefix="mappa-rootfs-") as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), mirror],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man"):
-            shutil.rmtree(rootfs / junk, ignore_errors=True)
-        (rootfs / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
-        for d in ("workspace", "mappa/code"):
-            (rootfs / d).mkdir(parents=True, exist_ok=True)
+    rootfs = build_rootfs(force=force, mirror=mirror)
+    with tempfile.TemporaryDirectory(prefix="mappa-image-") as tmp:
         tar = Path(tmp) / "rootfs.tar"
         subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tar), "."], check=True)
+        repository, _, version = tag.rpartition(":")
         with tar.open("rb") as f:
-            client.images.client.api.import_image_from_data(
-                f, repository=tag.split(":")[0], tag=tag.split(":")[1], changes=['CMD ["/bin/sh"]']
-            )
+            client.api.import_image_from_data(f, repository=repository, tag=version, changes=['CMD ["/bin/sh"]'])
     if not image_exists(tag, client):
         raise RuntimeError(f"docker import did not produce {tag}")
     return tag

@@ -4,6 +4,9 @@ The executed code runs as the current user, with the host's filesystem and netwo
 environment (no host variables, so API keys are not inherited), its own process group (killed after each
 execution, background children included), and rlimits on address space, CPU time and file size. Use it for
 development and for trusted code; use the Docker or bubblewrap backends for anything an LLM wrote at scale.
+
+:class:`ProcessSession` holds what every process-launching backend shares (fresh and warm execution, output
+capping, classification); the bubblewrap backend only changes how a process is launched.
 """
 
 from __future__ import annotations
@@ -17,22 +20,29 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, diff_snapshots, snapshot
+from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block
+
+MODES = ("fresh", "warm")
+GRACE_S = 5.0
 
 # Runs in the child before the agent's code: set rlimits, then exec the real interpreter (limits survive exec).
 # Doing this in the child instead of ``preexec_fn`` keeps Popen safe when the host process has threads.
 _LAUNCHER = """\
 import os, resource, sys
-mem, cpu, fsize, script, python = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+mem, cpu, fsize, nproc = (int(a) for a in sys.argv[1:5])
+script, python = sys.argv[5], sys.argv[6]
+if mem: resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+if nproc: resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 os.execv(python, [python, "-I", "-u", script])
 """
 
-_CHILD_ENV = {
+CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "LANG": "C.UTF-8",
     "LC_ALL": "C.UTF-8",
@@ -64,46 +74,87 @@ class _CappedReader(threading.Thread):
         return self.cap.text()
 
 
-class SubprocessSession(Session):
-    def __init__(self, sandbox: SubprocessSandbox, workspace=None, keep_workspace=False):
+class ProcessSession(Session):
+    """A session whose executions are processes it launches (fresh per block, or forked by a warm worker)."""
+
+    kill_all_after_block = False
+    """Whether the warm worker may kill every other process of its user (only inside a PID namespace)."""
+
+    def __init__(self, sandbox: ProcessSandbox, workspace=None, keep_workspace=False):
         super().__init__(sandbox, workspace, keep_workspace)
         self._code_dir = Path(tempfile.mkdtemp(prefix="mappa-code-"))
+        self._ipc_dir = Path(tempfile.mkdtemp(prefix="mappa-ipc-"))
+        os.chmod(self._code_dir, 0o755)
+        self._worker: WarmWorker | None = None
 
+    # ---------------------------------------------------------------- launch hooks (overridden by bwrap)
+    def inside(self, host_path: Path) -> str:
+        """The path under which the executed code sees a file of the code/ipc folders."""
+        return str(host_path)
+
+    def workspace_inside(self) -> str:
+        return str(self.workspace)
+
+    def python_inside(self) -> str:
+        return self.sandbox.python  # type: ignore[attr-defined]
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """The command that runs ``argv`` inside the sandbox."""
+        return argv
+
+    def popen_kwargs(self) -> dict[str, Any]:
+        env = dict(CHILD_ENV, HOME=self.workspace_inside(), TMPDIR=self.workspace_inside())
+        return {"cwd": self.workspace, "env": env, "start_new_session": True}
+
+    def nproc(self) -> int:
+        return 0
+
+    # ---------------------------------------------------------------- execution
     def run(self, code: str, *, timeout_s: float | None = None) -> ExecResult:
         if self.closed:
             raise RuntimeError("session is closed")
-        sb: SubprocessSandbox = self.sandbox  # type: ignore[assignment]
-        limits = sb.limits
-        timeout = limits.timeout_s if timeout_s is None else timeout_s
+        sb: ProcessSandbox = self.sandbox  # type: ignore[assignment]
+        timeout = sb.limits.timeout_s if timeout_s is None else timeout_s
         self.executions += 1
         script = self._code_dir / f"cell_{self.executions}.py"
         script.write_text(code, encoding="utf-8", errors="surrogatepass")
+        os.chmod(script, 0o644)
         before = snapshot(self.workspace)
-        env = dict(_CHILD_ENV, HOME=str(self.workspace), TMPDIR=str(self.workspace))
-        cmd = [
-            sb.python,
-            "-I",
-            "-S",
-            "-c",
-            _LAUNCHER,
-            str(limits.memory_mb * 1024 * 1024),
-            str(max(1, int(timeout) + 1)),
-            str(limits.file_size_mb * 1024 * 1024),
-            str(script),
-            sb.python,
-        ]
         start = time.monotonic()
+        if sb.mode == "warm":
+            exit_code, timed_out, out, err, message = self._run_warm(script, timeout)
+        else:
+            exit_code, timed_out, out, err = self._run_fresh(script, timeout)
+            message = None
+        duration = time.monotonic() - start
+        status, msg = classify(exit_code, err[0], timed_out)
+        return ExecResult(
+            status=status,
+            exit_code=exit_code,
+            stdout=out[0],
+            stderr=err[0],
+            duration_s=duration,
+            stdout_truncated=out[1],
+            stderr_truncated=err[1],
+            files_changed=diff_snapshots(before, snapshot(self.workspace)),
+            backend=f"{sb.name}/{sb.mode}",
+            error=message or msg,
+        )
+
+    def _run_fresh(self, script: Path, timeout: float):
+        lim = self.sandbox.limits
+        py = self.python_inside()
+        launcher = [py, "-I", "-S", "-c", _LAUNCHER]
+        launcher += [str(lim.memory_mb * 1024 * 1024), str(max(1, int(timeout) + 1))]
+        launcher += [str(lim.file_size_mb * 1024 * 1024), str(self.nproc()), self.inside(script), py]
         proc = subprocess.Popen(
-            cmd,
-            cwd=self.workspace,
-            env=env,
+            self.wrap(launcher),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,
+            **self.popen_kwargs(),
         )
-        out_r = _CappedReader(proc.stdout, limits.output_bytes)
-        err_r = _CappedReader(proc.stderr, limits.output_bytes)
+        out_r, err_r = _CappedReader(proc.stdout, lim.output_bytes), _CappedReader(proc.stderr, lim.output_bytes)
         out_r.start()
         err_r.start()
         timed_out = False
@@ -118,41 +169,76 @@ class SubprocessSession(Session):
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-        duration = time.monotonic() - start
         out_r.join(timeout=2.0)
         err_r.join(timeout=2.0)
         proc.stdout.close()
         proc.stderr.close()
-        stdout, out_trunc = out_r.text()
-        stderr, err_trunc = err_r.text()
-        status, message = classify(proc.returncode, stderr, timed_out)
-        return ExecResult(
-            status=status,
-            exit_code=proc.returncode,
-            stdout=stdout,
-            stderr=stderr,
-            duration_s=duration,
-            stdout_truncated=out_trunc,
-            stderr_truncated=err_trunc,
-            files_changed=diff_snapshots(before, snapshot(self.workspace)),
-            backend=sb.name,
-            error=message,
-        )
+        return proc.returncode, timed_out, out_r.text(), err_r.text()
+
+    def _launch_worker(self):
+        sb: ProcessSandbox = self.sandbox  # type: ignore[assignment]
+        worker = self._code_dir / "_worker.py"
+        shutil.copyfile(WORKER_SOURCE, worker)
+        os.chmod(worker, 0o644)
+        argv = [self.python_inside(), "-I", "-u", self.inside(worker), self.inside(self._ipc_dir / "worker.sock")]
+        argv += [self.workspace_inside(), ",".join(sb.preload), "1" if self.kill_all_after_block else "0"]
+        with open(self._ipc_dir / "worker.log", "ab") as log:  # preload failures and the like
+            proc = subprocess.Popen(
+                self.wrap(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log, **self.popen_kwargs()
+            )
+
+        def stop() -> None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+
+        return stop, lambda: proc.poll() is None
+
+    def _run_warm(self, script: Path, timeout: float):
+        if self._worker is None:
+            self._worker = WarmWorker(self._ipc_dir / "worker.sock", self._launch_worker)
+        return run_block(self._worker, self.inside(script), self.sandbox.limits, timeout, self.nproc(), GRACE_S)
 
     def _close_backend(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
         shutil.rmtree(self._code_dir, ignore_errors=True)
+        shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
 
-class SubprocessSandbox(Sandbox):
-    """Runs each code block in a fresh ``python -I`` process. Not isolated: see the module docstring."""
+class ProcessSandbox(Sandbox):
+    """Common options of the process-launching backends."""
+
+    session_class: type[ProcessSession] = ProcessSession
+
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        mode: str = "fresh",
+        preload: tuple[str, ...] = DEFAULT_PRELOAD,
+        python: str | None = None,
+    ):
+        super().__init__(limits)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        self.mode = mode
+        self.preload = tuple(preload)
+        self.python = python or sys.executable
+
+    def session(self, workspace=None, keep_workspace: bool = False) -> ProcessSession:
+        return self.session_class(self, workspace, keep_workspace)
+
+
+class SubprocessSession(ProcessSession):
+    pass
+
+
+class SubprocessSandbox(ProcessSandbox):
+    """Runs each code block in a fresh ``python -I`` process (or a warm worker's fork). Not isolated."""
 
     name = "subprocess"
     isolated = False
     enforces = frozenset({"timeout_s", "memory_mb", "output_bytes", "file_size_mb"})
-
-    def __init__(self, limits: Limits | None = None, python: str | None = None):
-        super().__init__(limits)
-        self.python = python or sys.executable
-
-    def session(self, workspace=None, keep_workspace: bool = False) -> SubprocessSession:
-        return SubprocessSession(self, workspace, keep_workspace)
+    session_class = SubprocessSession

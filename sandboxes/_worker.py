@@ -1,0 +1,233 @@
+"""Warm execution worker: preload modules once, then fork a fresh child per code block.
+
+Runs *inside* the sandbox (a host process, a bubblewrap namespace or a Docker container) with whatever python3
+is there, so it imports nothing from this package. Usage::
+
+    python3 -I -u _worker.py SOCKET_PATH WORKSPACE PRELOAD(comma-separated) KILL_ALL(0|1)
+
+It listens on a Unix socket and serves one connection. Each request is a JSON line::
+
+    {"path": "/code/cell_3.py", "timeout": 10, "output_bytes": 16384, "memory_bytes": 0, "fsize_bytes": 0,
+     "nproc": 0}
+
+and each reply a JSON line with ``exit_code`` (negative: killed by that signal), ``timed_out``, ``stdout``,
+``stderr`` (head and tail kept, with a marker), ``stdout_truncated``, ``stderr_truncated``.
+
+Semantics: every block starts from the worker's state right after preloading (its own fresh globals; nothing a
+previous block defined), files in the workspace persist, and modules already preloaded import instantly. After
+each block the child's process group is killed; with KILL_ALL=1 (only inside a PID namespace or container, never
+on a host) every other process of the sandbox user is killed as well.
+"""
+
+import builtins
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+
+MARKER = "\n[... output truncated: {dropped} more bytes ...]\n"
+
+
+class Cap:
+    def __init__(self, limit):
+        self.head_limit, self.tail_limit = limit - limit // 2, limit // 2
+        self.head, self.tail, self.total = bytearray(), bytearray(), 0
+
+    def feed(self, chunk):
+        self.total += len(chunk)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk and self.tail_limit:
+            self.tail += chunk
+            del self.tail[: max(0, len(self.tail) - self.tail_limit)]
+
+    def text(self):
+        dropped = self.total - len(self.head) - len(self.tail)
+        if dropped <= 0:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace"), False
+        return (
+            bytes(self.head).decode("utf-8", "replace")
+            + MARKER.format(dropped=dropped)
+            + bytes(self.tail).decode("utf-8", "replace"),
+            True,
+        )
+
+
+def child(req, workspace, w_out, w_err):
+    """In the forked child: isolate, limit, run the block, exit. Never returns."""
+    code = 1
+    try:
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(w_out, 1)
+        os.dup2(w_err, 2)
+        import resource
+
+        if req.get("memory_bytes"):
+            # the budget is on top of what the preloaded worker already maps
+            with open("/proc/self/statm") as f:
+                base = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            lim = base + int(req["memory_bytes"])
+            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+        if req.get("fsize_bytes"):
+            resource.setrlimit(resource.RLIMIT_FSIZE, (req["fsize_bytes"], req["fsize_bytes"]))
+        if req.get("nproc"):
+            resource.setrlimit(resource.RLIMIT_NPROC, (req["nproc"], req["nproc"]))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")  # if the sandbox runs out of memory, the child dies, not the worker
+        except OSError:
+            pass
+        os.chdir(workspace)
+        sys.stdout.reconfigure(write_through=True)
+        sys.argv = [req["path"]]
+        with open(req["path"], encoding="utf-8", errors="surrogateescape") as f:
+            source = f.read()
+        glb = {"__name__": "__main__", "__file__": req["path"], "__builtins__": builtins}
+        exec(compile(source, req["path"], "exec"), glb)
+        code = 0
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        os._exit(code & 0xFF if code >= 0 else 1)
+
+
+def run(req, workspace, kill_all):
+    r_out, w_out = os.pipe()
+    r_err, w_err = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r_out)
+        os.close(r_err)
+        child(req, workspace, w_out, w_err)
+    os.close(w_out)
+    os.close(w_err)
+    caps = {r_out: Cap(req["output_bytes"]), r_err: Cap(req["output_bytes"])}
+    open_fds = set(caps)
+    deadline = time.monotonic() + float(req["timeout"])
+    status, timed_out = None, False
+    while True:
+        if status is None:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = st
+        if status is not None:
+            # the block is over: kill what it left behind, then drain the pipes (their writers are gone)
+            kill_group(pid)
+            if kill_all:
+                kill_everyone_else()
+            drain(open_fds, caps)
+            break
+        if time.monotonic() >= deadline:
+            timed_out = True
+            kill_group(pid)
+            _, status = os.waitpid(pid, 0)
+            if kill_all:
+                kill_everyone_else()
+            drain(open_fds, caps)
+            break
+        if not open_fds:
+            time.sleep(0.02)
+            continue
+        ready, _, _ = select.select(list(open_fds), [], [], 0.02)
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if chunk:
+                caps[fd].feed(chunk)
+            else:
+                open_fds.discard(fd)
+    for fd in caps:
+        os.close(fd)
+    exit_code = os.waitstatus_to_exitcode(status)
+    out, out_t = caps[r_out].text()
+    err, err_t = caps[r_err].text()
+    return {
+        "exit_code": exit_code,
+        "timed_out": timed_out,
+        "stdout": out,
+        "stderr": err,
+        "stdout_truncated": out_t,
+        "stderr_truncated": err_t,
+    }
+
+
+def drain(open_fds, caps):
+    for fd in list(open_fds):
+        os.set_blocking(fd, False)
+        try:
+            while chunk := os.read(fd, 65536):
+                caps[fd].feed(chunk)
+        except BlockingIOError:
+            pass
+        open_fds.discard(fd)
+
+
+def kill_group(pid):
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def kill_everyone_else():
+    try:
+        os.kill(-1, signal.SIGKILL)  # every process we may signal, except ourselves (and the namespace's init)
+    except OSError:
+        pass
+    while True:  # reap what we can
+        try:
+            if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                break
+        except ChildProcessError:
+            break
+
+
+def main():
+    sock_path, workspace, preload, kill_all = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+    for name in filter(None, preload.split(",")):
+        try:
+            __import__(name)
+        except Exception as e:
+            print(f"worker: could not preload {name}: {e}", file=sys.stderr)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = sock_path + ".tmp"
+    srv.bind(tmp)
+    os.rename(tmp, sock_path)  # the socket appears only once the worker is ready
+    srv.listen(1)
+    conn, _ = srv.accept()
+    stream = conn.makefile("rwb")
+    for line in stream:
+        try:
+            reply = run(json.loads(line), workspace, kill_all)
+        except Exception as e:
+            reply = {"worker_error": f"{type(e).__name__}: {e}"}
+        stream.write(json.dumps(reply).encode() + b"\n")
+        stream.flush()
+
+
+if __name__ == "__main__":
+    main()
