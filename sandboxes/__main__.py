@@ -16,7 +16,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m sandboxes") -> in
     b.add_argument("--rootfs-only", action="store_true", help="only the rootfs (bubblewrap); no Docker engine needed")
     r = sub.add_parser("reap", help="remove sandbox containers left by crashed runs")
     r.add_argument("--all", action="store_true", help="remove every sandbox container, live owners too")
+    v = sub.add_parser("serve", help="serve a SandboxFusion-compatible /run_code endpoint")
+    v.add_argument("--backend", default="bubblewrap")
+    v.add_argument("--host", default="127.0.0.1")
+    v.add_argument("--port", type=int, default=8080)
     args = ap.parse_args(argv)
+    if args.cmd == "serve":
+        from . import make_sandbox
+        from .fusion_server import make_server
+
+        server = make_server(make_sandbox(args.backend), args.host, args.port)
+        print(f"serving /run_code on http://{args.host}:{server.server_address[1]} ({args.backend})", flush=True)
+        server.serve_forever()
+        return 0
     try:
         if args.cmd == "build" and args.rootfs_only:
             from .image import build_rootfs

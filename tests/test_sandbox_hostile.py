@@ -1,7 +1,7 @@
-"""Hostile code against every backend that claims isolation (now: Docker).
+"""Hostile code against every backend that claims isolation: Docker and bubblewrap, fresh and warm.
 
 Each test runs real code in a real container; nothing is mocked. The Docker tests skip, with the reason, only
-where no engine can be reached (``make test`` starts one where it can: scripts/docker_engine.sh).
+where no engine can be reached (``make test`` sets one up where it can: scripts/sandbox_setup.sh).
 """
 
 from __future__ import annotations
