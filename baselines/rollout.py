@@ -53,6 +53,7 @@ def run_episodes(
     for slot in range(len(envs)):
         start(slot)
     active = set(range(len(envs)))
+    finished: list[int] = []
     try:
         while active:
             groups: dict[int, list[int]] = defaultdict(list)
@@ -72,16 +73,22 @@ def run_episodes(
                     env = envs[slot]
                     env.step(reply)
                     if env.terminations[env.agent_selection] or env.truncations[env.agent_selection]:
-                        while env.agents:  # the dead steps of PettingZoo's AEC protocol
-                            env.step(None)
-                        record = env.unwrapped.record
-                        results[episode_of[slot]] = record
-                        if on_episode is not None:
-                            on_episode(record)
-                        if next_episode < n_episodes:
-                            start(slot)
-                        else:
-                            active.discard(slot)
+                        finished.append(slot)
+            # Episodes that ended this round are closed only now: a wrapper that scores asynchronously (the
+            # coach) then waits once for all of them instead of once per episode.
+            for slot in finished:
+                env = envs[slot]
+                while env.agents:  # the dead steps of PettingZoo's AEC protocol
+                    env.step(None)
+                record = env.unwrapped.record
+                results[episode_of[slot]] = record
+                if on_episode is not None:
+                    on_episode(record)
+                if next_episode < n_episodes:
+                    start(slot)
+                else:
+                    active.discard(slot)
+            finished.clear()
     finally:
         for env in envs:
             env.close()

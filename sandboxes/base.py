@@ -16,6 +16,7 @@ import enum
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,6 +53,8 @@ class Limits:
     """Bytes kept from each of stdout and stderr; the rest is counted and dropped with a marker."""
     file_size_mb: int = 256
     """Largest single file the code may write."""
+    workspace_mb: int | None = None
+    """Quota of the whole workspace (a size-limited tmpfs mounted on it; needs root). None: no quota."""
 
 
 @dataclass
@@ -136,6 +139,22 @@ class Session(abc.ABC):
         self.keep_workspace = keep_workspace
         self.closed = False
         self.executions = 0
+        self._quota_mounted = False
+        if sandbox.limits.workspace_mb:
+            self._mount_quota(sandbox.limits.workspace_mb)
+
+    def _mount_quota(self, size_mb: int) -> None:
+        """Bound the workspace with a size-limited tmpfs (writes past it fail with ENOSPC)."""
+        if os.geteuid() != 0:
+            raise PermissionError("Limits.workspace_mb needs root (it mounts a size-limited tmpfs)")
+        if any(self.workspace.iterdir()):
+            raise ValueError("Limits.workspace_mb needs an empty workspace")
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0700", "tmpfs", str(self.workspace)],
+            check=True,
+            capture_output=True,
+        )
+        self._quota_mounted = True
 
     @abc.abstractmethod
     def run(self, code: str, *, timeout_s: float | None = None) -> ExecResult:
@@ -174,6 +193,16 @@ class Session(abc.ABC):
             return
         self.closed = True
         self._close_backend()
+        if self._quota_mounted:
+            kept = None
+            if self.keep_workspace:  # the files live in the tmpfs: copy them out, then back under the same path
+                kept = Path(tempfile.mkdtemp(prefix=self.workspace.name + "-kept-", dir=self.workspace.parent))
+                shutil.copytree(self.workspace, kept, dirs_exist_ok=True, symlinks=True)
+            subprocess.run(["umount", "-l", str(self.workspace)], check=False, capture_output=True)
+            if kept is not None:
+                for item in kept.iterdir():
+                    shutil.move(item, self.workspace / item.name)
+                kept.rmdir()
         if self._owns_workspace and not self.keep_workspace:
             shutil.rmtree(self.workspace, ignore_errors=True)
 

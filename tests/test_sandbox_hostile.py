@@ -15,7 +15,7 @@ import pytest
 from sandboxes import ExecStatus, Limits, make_sandbox
 
 TIMEOUT = 2.0
-LIMITS = Limits(timeout_s=TIMEOUT, memory_mb=256, pids=64, output_bytes=4096, file_size_mb=16)
+LIMITS = Limits(timeout_s=TIMEOUT, memory_mb=256, pids=64, output_bytes=4096, file_size_mb=16, workspace_mb=48)
 
 
 def _docker_reason() -> str | None:
@@ -166,8 +166,13 @@ def test_huge_stdout_truncated(session):
 
 def test_disk_fill_bounded(session):
     r = session.run("f = open('big.bin', 'wb')\nwhile True:\n    f.write(b'x' * (1 << 20))")
-    assert r.status == ExecStatus.ERROR
+    assert r.status == ExecStatus.ERROR  # one file: the file-size limit
     assert (session.workspace / "big.bin").stat().st_size <= LIMITS.file_size_mb * 1024 * 1024
+    many = "i = 0\nwhile True:\n    open(f'f{i}.bin', 'wb').write(b'x' * (4 << 20))\n    i += 1"
+    r = session.run(many)  # many files: the workspace quota
+    assert r.status == ExecStatus.ERROR and "No space left" in r.stderr, r
+    total = sum(p.stat().st_size for p in session.workspace.iterdir())
+    assert total <= LIMITS.workspace_mb * 1024 * 1024
 
 
 def test_background_processes_gone_after_execution(session):

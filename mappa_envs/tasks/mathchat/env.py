@@ -48,6 +48,8 @@ def mathchat_roles(code_executor_turns: int = 2) -> tuple[Role, ...]:
 class MathChatEnv(PipelineEnv):
     metadata = {**PipelineEnv.metadata, "name": "mathchat_v0"}
     env_id = "mappa/MathChat-v0"
+    task_type = "math"
+    coach_template = "mathchat"
 
     def __init__(
         self,

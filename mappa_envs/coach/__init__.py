@@ -1,0 +1,31 @@
+"""The coach: per-action process rewards (MAPPA), its protocol, backends, reward wrappers and diagnostics."""
+
+from .coaches import (
+    CoachCache,
+    EnsembleCoach,
+    LLMCoach,
+    OpenAIChatBackend,
+    RuleBasedCoach,
+    TransformersChatBackend,
+)
+from .protocol import CoachEvaluation, CoachInput, FileInfo, Templates, parse_answer_correct, parse_score
+from .wrapper import CoachPool, CoachRewardWrapper, MixedRewardWrapper, OutcomeRewardWrapper
+
+__all__ = [
+    "CoachCache",
+    "CoachEvaluation",
+    "CoachInput",
+    "CoachPool",
+    "CoachRewardWrapper",
+    "EnsembleCoach",
+    "FileInfo",
+    "LLMCoach",
+    "MixedRewardWrapper",
+    "OpenAIChatBackend",
+    "OutcomeRewardWrapper",
+    "RuleBasedCoach",
+    "Templates",
+    "TransformersChatBackend",
+    "parse_answer_correct",
+    "parse_score",
+]

@@ -1,0 +1,343 @@
+"""Coaches: score one action (:class:`CoachInput`) -> :class:`CoachEvaluation`.
+
+- :class:`RuleBasedCoach`: deterministic rubric on tool feedback, format and (final agent) answer correctness.
+- :class:`LLMCoach`: any chat backend (OpenAI-compatible server, local transformers model) with the protocol of
+  :mod:`mappa_envs.coach.protocol`: retries with exponential backoff and jitter, one re-prompt on a reply
+  without a score, a lenient parse, then a neutral fallback that is flagged, never silent; a cache keyed by the
+  full coach input.
+- :class:`EnsembleCoach`: mean or median of several coaches (the paper's proposal against single-coach bias).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..grading import extract_answer, math_equal
+from .protocol import (
+    NEUTRAL_SCORE,
+    REPROMPT,
+    CoachEvaluation,
+    CoachInput,
+    Templates,
+    clamp,
+    parse_answer_correct,
+    parse_score,
+    parse_score_lenient,
+    reasoning_of,
+)
+
+
+class Coach(Protocol):
+    name: str
+
+    def evaluate(self, inp: CoachInput) -> CoachEvaluation: ...
+
+
+class CoachStats:
+    """Thread-safe counters shared by a coach: calls, retries, re-prompts, fallbacks, cache hits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = {"calls": 0, "retries": 0, "reprompts": 0, "lenient": 0, "fallbacks": 0}
+        self.counts["cache_hits"] = 0
+
+    def add(self, **kw: int) -> None:
+        with self._lock:
+            for k, v in kw.items():
+                self.counts[k] = self.counts.get(k, 0) + v
+
+
+# ---------------------------------------------------------------------------------------------- rule-based
+_CANNOT_VERIFY = ("cannot verify", "can't verify", "could not verify", "unable to verify", "failed", "error")
+
+
+@dataclass
+class RuleBasedCoach:
+    """A deterministic rubric (documented below); every score starts at 5.
+
+    Output format: empty reply -5; the final agent or a solver without a ``\\boxed{}`` answer -2, with one +1.
+    Tools (roles that ran code): a block that ran OK +3 (+1 more if it printed something); an error -3; a
+    timeout or OOM -4. A tool role that wrote no code in its first turn -2 (a later turn may just conclude).
+    Upstream blame: a failure caused by a missing file (FileNotFoundError) that an earlier agent should have
+    written costs this agent nothing (the missing-file penalty goes to the earlier agent's own actions through
+    their "no artifact written" rule); an agent that acknowledges an upstream tool failure gets +2.
+    Correctness (final agent, ground truth given): correct +4, wrong -3.
+    Missing artifacts (``expected_files`` per role): each missing file the role should have written -3.
+    """
+
+    expected_files: dict[str, tuple[str, ...]] | None = None
+    tool_roles: tuple[str, ...] = ("code_executor", "data_engineer", "modeler", "analyst")
+    answer_roles: tuple[str, ...] = ("problem_solver", "verifier")
+    name: str = "rule-based"
+
+    def evaluate(self, inp: CoachInput) -> CoachEvaluation:
+        start = time.perf_counter()
+        score, notes = NEUTRAL_SCORE, []
+
+        def adjust(delta: float, why: str) -> None:
+            nonlocal score
+            score += delta
+            notes.append(f"{delta:+g} {why}")
+
+        out = inp.output.strip()
+        if not out:
+            adjust(-5, "empty reply")
+        fb = inp.tool_feedback
+        if inp.role in self.tool_roles:
+            if not fb and inp.turn > 1:
+                notes.append("+0 concludes without code after its earlier turn")
+            elif not fb:
+                adjust(-2, "a tool role that ran no code")
+            elif "Execution status: ok" in fb:
+                adjust(+3, "code ran without error")
+                if "stdout:" in fb:
+                    adjust(+1, "code printed output")
+            elif "Execution status: timeout" in fb or "Execution status: oom" in fb:
+                adjust(-4, "code timed out or ran out of memory")
+            elif "FileNotFoundError" in fb or "No such file" in fb:
+                present = {f.path for f in inp.files}
+                owed = [
+                    p for r in inp.earlier_roles for p in (self.expected_files or {}).get(r, ()) if p not in present
+                ]
+                if owed:
+                    notes.append(f"+0 missing input {owed}: blamed on the agent that should have written it")
+                else:
+                    adjust(-3, "code raised an error")
+            else:
+                adjust(-3, "code raised an error")
+            for path in (self.expected_files or {}).get(inp.role, ()):
+                if not any(f.path == path and f.written_by == inp.agent for f in inp.files):
+                    adjust(-3, f"did not write {path}")
+        if inp.role in self.answer_roles or inp.is_final:
+            answer = extract_answer(out)
+            if answer is None:
+                adjust(-2, "no \\boxed{} answer")
+            else:
+                adjust(+1, "gives a \\boxed{} answer")
+            if inp.upstream_failures and any(k in out.lower() for k in _CANNOT_VERIFY):
+                adjust(+2, "acknowledges an upstream tool failure")
+        answer_correct = None
+        if inp.ground_truth is not None:
+            answer = extract_answer(out)
+            answer_correct = answer is not None and math_equal(answer, inp.ground_truth)
+            adjust(+4 if answer_correct else -3, "final answer correct" if answer_correct else "final answer wrong")
+        return CoachEvaluation(
+            score=clamp(score),
+            reasoning="; ".join(notes) or "no rule applied",
+            backend=self.name,
+            latency_s=time.perf_counter() - start,
+            parse="rule",
+            answer_correct=answer_correct,
+        )
+
+
+# ---------------------------------------------------------------------------------------------- LLM coaches
+class ChatBackend(Protocol):
+    name: str
+
+    def complete(self, messages: list[dict[str, str]]) -> str: ...
+
+
+class OpenAIChatBackend:
+    """Any OpenAI-compatible chat server (``vllm serve``, hosted APIs) through the ``openai`` client.
+
+    The API key is read only from the environment variable ``api_key_env`` (local servers accept any value).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 60.0,
+        max_tokens: int = 512,
+        temperature: float = 0.0,
+        seed: int | None = 0,
+    ):
+        import os
+
+        try:
+            from openai import OpenAI
+        except ImportError:
+            raise RuntimeError("the OpenAI-compatible coach needs the 'coach' extra (pip install openai)") from None
+        key = os.environ.get(api_key_env) or ("EMPTY" if base_url else None)
+        if key is None:
+            raise RuntimeError(f"set {api_key_env} in the environment (the key is never taken from code or files)")
+        self.client = OpenAI(base_url=base_url, api_key=key, timeout=timeout_s, max_retries=0)
+        self.model, self.max_tokens, self.temperature, self.seed = model, max_tokens, temperature, seed
+        self.name = f"openai:{model}@{base_url or 'default'}"
+
+    def complete(self, messages: list[dict[str, str]]) -> str:
+        r = self.client.chat.completions.create(
+            model=self.model,
+            messages=messages,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            seed=self.seed,
+        )
+        return r.choices[0].message.content or ""
+
+
+class TransformersChatBackend:
+    """A local transformers model as the coach (greedy by default). Not thread-safe: calls are serialised."""
+
+    def __init__(self, model: str, max_new_tokens: int = 256, temperature: float = 0.0):
+        from baselines.policies import GenerationConfig, TransformersPolicy
+
+        self.policy = TransformersPolicy(
+            model, GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature)
+        )
+        self.name = f"transformers:{model}"
+        self._lock = threading.Lock()
+
+    def complete(self, messages: list[dict[str, str]]) -> str:
+        with self._lock:
+            return self.policy.generate([messages])[0]
+
+
+class CoachCache:
+    """In-memory cache of evaluations keyed by :meth:`CoachInput.key` (plus the coach's name)."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> CoachEvaluation | None:
+        with self._lock:
+            d = self._data.get(key)
+        if d is None:
+            return None
+        d = dict(d)
+        d.pop("reward", None)
+        return CoachEvaluation(**{**d, "cached": True})
+
+    def put(self, key: str, ev: CoachEvaluation) -> None:
+        with self._lock:
+            self._data[key] = ev.to_dict()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class LLMCoach:
+    """The coach protocol around a chat backend."""
+
+    def __init__(
+        self,
+        backend: ChatBackend,
+        templates: Templates | None = None,
+        *,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+        cache: CoachCache | None = None,
+        rng: random.Random | None = None,
+    ):
+        self.backend = backend
+        self.templates = templates or Templates()
+        self.max_retries = max_retries
+        self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
+        self.cache = cache
+        self.stats = CoachStats()
+        self.name = backend.name
+        self._rng = rng or random.Random(0)
+
+    def _call(self, messages: list[dict[str, str]]) -> tuple[str | None, int, str | None]:
+        """(reply or None, retries used, last error)."""
+        error = None
+        for attempt in range(self.max_retries + 1):
+            try:
+                return self.backend.complete(messages), attempt, None
+            except Exception as e:  # HTTP 5xx, timeouts, connection errors
+                error = f"{type(e).__name__}: {e}"
+                if attempt < self.max_retries:
+                    delay = min(self.max_backoff_s, self.backoff_s * 2**attempt)
+                    time.sleep(delay * (0.5 + self._rng.random()))  # exponential backoff with jitter
+        return None, self.max_retries, error
+
+    def evaluate(self, inp: CoachInput) -> CoachEvaluation:
+        key = f"{self.name}:{inp.key()}"
+        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            self.stats.add(cache_hits=1)
+            return hit
+        start = time.perf_counter()
+        self.stats.add(calls=1)
+        messages = self.templates.build(inp)
+        reply, retries, error = self._call(messages)
+        ev = CoachEvaluation(score=NEUTRAL_SCORE, backend=self.name, retries=retries)
+        self.stats.add(retries=retries)
+        if reply is None:
+            ev.fallback_used, ev.parse = True, "fallback"
+            ev.fallback_reason = f"coach unreachable after {retries} retries ({error})"
+        else:
+            ev.raw_reply = reply
+            score = parse_score(reply)
+            if score is not None:
+                ev.score, ev.parse = score, "strict"
+            else:
+                answer = ", and `ANSWER_CORRECT: 0|1` on another line" if inp.ground_truth is not None else ""
+                again = [*messages, {"role": "assistant", "content": reply}]
+                again.append({"role": "user", "content": REPROMPT.format(answer=answer)})
+                ev.reprompted = True
+                self.stats.add(reprompts=1)
+                second, more, error = self._call(again)
+                ev.retries += more
+                self.stats.add(retries=more)
+                if second is not None:
+                    ev.raw_reply = f"{reply}\n\n[re-prompt]\n{second}"
+                    reply = second
+                score = parse_score(second) if second is not None else None
+                if score is not None:
+                    ev.score, ev.parse = score, "reprompt"
+                elif (lenient := parse_score_lenient(ev.raw_reply)) is not None:
+                    ev.score, ev.parse = lenient, "lenient"
+                    self.stats.add(lenient=1)
+                else:
+                    ev.fallback_used, ev.parse = True, "fallback"
+                    ev.fallback_reason = "no score in the reply, after one re-prompt" + (f" ({error})" if error else "")
+            ev.reasoning = reasoning_of(reply)
+            if inp.ground_truth is not None:
+                ev.answer_correct = parse_answer_correct(ev.raw_reply)
+        if ev.fallback_used:
+            self.stats.add(fallbacks=1)
+        ev.latency_s = time.perf_counter() - start
+        if self.cache is not None and not ev.fallback_used:
+            self.cache.put(key, ev)
+        return ev
+
+
+class EnsembleCoach:
+    """Aggregates several coaches' scores (``"mean"`` or ``"median"``); members' evaluations are kept."""
+
+    def __init__(self, coaches: Sequence[Coach], aggregate: str = "mean"):
+        if not coaches:
+            raise ValueError("an ensemble needs at least one coach")
+        if aggregate not in ("mean", "median"):
+            raise ValueError("aggregate must be 'mean' or 'median'")
+        self.coaches, self.aggregate = list(coaches), aggregate
+        self.name = f"ensemble-{aggregate}[{', '.join(c.name for c in self.coaches)}]"
+
+    def evaluate(self, inp: CoachInput) -> CoachEvaluation:
+        start = time.perf_counter()
+        evs = [c.evaluate(inp) for c in self.coaches]
+        usable = [e for e in evs if not e.fallback_used] or evs
+        agg = statistics.mean if self.aggregate == "mean" else statistics.median
+        answers = [e.answer_correct for e in usable if e.answer_correct is not None]
+        return CoachEvaluation(
+            score=clamp(agg(e.score for e in usable)),
+            reasoning=" | ".join(f"{e.backend}: {e.score:g}" for e in evs),
+            backend=self.name,
+            latency_s=time.perf_counter() - start,
+            retries=sum(e.retries for e in evs),
+            parse="ensemble",
+            fallback_used=all(e.fallback_used for e in evs),
+            fallback_reason="every member fell back" if all(e.fallback_used for e in evs) else None,
+            answer_correct=(sum(answers) * 2 > len(answers)) if answers else None,
+            members=[e.to_dict() for e in evs],
+        )

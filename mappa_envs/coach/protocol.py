@@ -1,0 +1,236 @@
+"""The coach protocol: what a coach sees (:class:`CoachInput`), the prompt built from it, reply parsing, and the
+evaluation it returns (:class:`CoachEvaluation`).
+
+Replies must contain a line ``PROCESS_SCORE: x`` (x in [0, 10], clamped); when ground truth is given (final
+agent only), also ``ANSWER_CORRECT: 0|1``. Prompt templates are plain text files: the package's defaults live in
+``mappa_envs/coach/templates``; pass ``templates_dir=`` to use your own copies (same file names; a role-specific
+file ``<task>/<role>.txt`` is optional, ``default.txt`` is used otherwise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ..core import ActionRecord, EpisodeRecord, truncate_middle
+
+NEUTRAL_SCORE = 5.0
+
+_SCORE = re.compile(r"PROCESS_SCORE\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
+_ANSWER = re.compile(r"ANSWER_CORRECT\s*[:=]\s*\**\s*([01])\b", re.IGNORECASE)
+_LENIENT = re.compile(
+    r"\b(?:score|rating|grade|rate)\b[^0-9\n]{0,20}(-?\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)\s*/\s*10\b", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    size: int
+    written_by: str | None
+    """Agent that last created or modified the file (None: present from the start, e.g. task data)."""
+
+
+@dataclass(frozen=True)
+class CoachInput:
+    """Everything a coach is told about one action."""
+
+    env_id: str
+    task_id: str
+    task: str
+    task_type: str
+    """For bias diagnostics and per-task templates, e.g. ``"math"``, ``"classification"``, ``"regression"``."""
+    template: str
+    """Template folder of the task (``"mathchat"``, ``"dsbench"``...)."""
+    agent: str
+    role: str
+    turn: int
+    agent_input: str
+    output: str
+    tool_feedback: str
+    files: tuple[FileInfo, ...] = ()
+    ground_truth: str | None = None
+    """Only for the final agent's last action, when the task has one."""
+    is_final: bool = False
+    upstream_failures: tuple[str, ...] = ()
+    """Tool failures of earlier agents in the episode (agent: status), for credit assignment."""
+    earlier_roles: tuple[str, ...] = ()
+    """Roles that acted before this agent in the pipeline."""
+
+    def key(self) -> str:
+        """Cache key: a hash of the whole input."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass
+class CoachEvaluation:
+    """A coach's judgement of one action (stored in the action's ``info["coach"]``)."""
+
+    score: float
+    """In [0, 10]."""
+    reasoning: str = ""
+    raw_reply: str = ""
+    backend: str = ""
+    latency_s: float = field(default=0.0, compare=False)
+    """Wall time of the evaluation (not compared: two evaluations equal in content are equal)."""
+    retries: int = 0
+    reprompted: bool = False
+    parse: str = "strict"
+    """How the score was read: ``strict``, ``reprompt``, ``lenient``, ``rule``, ``fallback``."""
+    fallback_used: bool = False
+    fallback_reason: str | None = None
+    answer_correct: bool | None = None
+    cached: bool = field(default=False, compare=False)
+    members: list[dict[str, Any]] = field(default_factory=list)
+    """For ensembles: each member's evaluation."""
+
+    @property
+    def reward(self) -> float:
+        return self.score / 10.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["reward"] = self.reward
+        return d
+
+
+def clamp(score: float) -> float:
+    return min(10.0, max(0.0, float(score)))
+
+
+def parse_score(reply: str) -> float | None:
+    """The last ``PROCESS_SCORE: x`` of a reply, clamped to [0, 10]; None when absent."""
+    found = _SCORE.findall(reply or "")
+    return clamp(float(found[-1])) if found else None
+
+
+def parse_score_lenient(reply: str) -> float | None:
+    """A last resort: 'score ... 7', 'rating: 8/10'. None when nothing plausible is there."""
+    found = [a or b for a, b in _LENIENT.findall(reply or "")]
+    for value in reversed(found):
+        v = float(value)
+        if 0 <= v <= 10:
+            return v
+    return None
+
+
+def parse_answer_correct(reply: str) -> bool | None:
+    found = _ANSWER.findall(reply or "")
+    return found[-1] == "1" if found else None
+
+
+def reasoning_of(reply: str) -> str:
+    """The reply without its score lines."""
+    return "\n".join(
+        line for line in (reply or "").splitlines() if not _SCORE.search(line) and not _ANSWER.search(line)
+    ).strip()
+
+
+REPROMPT = (
+    "Your reply did not contain the required line. Reply again with your reasoning in one or two sentences, then "
+    "`PROCESS_SCORE: <integer from 0 to 10>` on its own line{answer}."
+)
+
+
+class Templates:
+    """Prompt templates, from the package or from ``templates_dir`` (a folder with the same layout)."""
+
+    def __init__(self, templates_dir: str | Path | None = None):
+        self.dir = Path(templates_dir) if templates_dir else None
+
+    def read(self, name: str) -> str | None:
+        if self.dir is not None:
+            path = self.dir / name
+            return path.read_text(encoding="utf-8") if path.exists() else None
+        ref = resources.files(__package__).joinpath("templates", name)
+        return ref.read_text(encoding="utf-8") if ref.is_file() else None
+
+    def role_guidance(self, template: str, role: str) -> str:
+        return (self.read(f"{template}/{role}.txt") or self.read("default.txt") or "").strip()
+
+    def build(self, inp: CoachInput, max_chars: int = 6000) -> list[dict[str, str]]:
+        """The chat messages sent to an LLM coach."""
+        system = (self.read("system.txt") or "").strip()
+        user = self.read("user.txt") or ""
+        gt = ""
+        if inp.ground_truth is not None:
+            gt = (self.read("ground_truth.txt") or "").format(ground_truth=inp.ground_truth)
+        files = "\n".join(f"- {f.path} ({f.size} bytes, written by {f.written_by or 'the task'})" for f in inp.files)
+        text = user.format(
+            task=truncate_middle(inp.task, max_chars),
+            role=inp.role.replace("_", " "),
+            agent=inp.agent,
+            turn=inp.turn,
+            role_description=self.role_guidance(inp.template, inp.role).splitlines()[0] if inp.role else "",
+            agent_input=truncate_middle(inp.agent_input, max_chars),
+            output=truncate_middle(inp.output, max_chars) or "(empty reply)",
+            tool_feedback=truncate_middle(inp.tool_feedback, max_chars // 2) or "no tools used",
+            files=files or "(none)",
+            ground_truth_section=gt,
+            role_guidance=self.role_guidance(inp.template, inp.role),
+            answer_line=", and `ANSWER_CORRECT: 0` or `ANSWER_CORRECT: 1` on another line"
+            if inp.ground_truth is not None
+            else "",
+        )
+        return [{"role": "system", "content": system}, {"role": "user", "content": text}]
+
+
+def inputs_for_episode(
+    record: EpisodeRecord,
+    action: ActionRecord,
+    *,
+    task_type: str,
+    template: str,
+    final_agent: str,
+    is_final: bool,
+) -> CoachInput:
+    """Build the coach input of ``action`` from the episode so far (what the coach may know at that point)."""
+    earlier = record.actions[: action.index]
+    written: dict[str, str] = {}
+    for act in [*earlier, action]:
+        for call in act.tool_calls:
+            for change in call.result.files_changed:
+                if change.change == "deleted":
+                    written.pop(change.path, None)
+                else:
+                    written[change.path] = act.agent
+    sizes: dict[str, int] = {}
+    for act in [*earlier, action]:
+        for call in act.tool_calls:
+            for change in call.result.files_changed:
+                sizes[change.path] = change.size
+    files = tuple(FileInfo(p, sizes.get(p, 0), a) for p, a in sorted(written.items()))
+    failures = tuple(
+        f"{a.agent}: {c.result.status}"
+        for a in earlier
+        for c in a.tool_calls
+        if not c.result.ok and a.agent != action.agent
+    )
+    feedback = "\n\n".join(c.feedback for c in action.tool_calls)
+    agent_input = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in action.messages[1:])
+    gt = None
+    if is_final and action.agent == final_agent and record.ground_truth is not None:
+        gt = str(record.ground_truth)
+    return CoachInput(
+        env_id=record.env_id,
+        task_id=record.task_id,
+        task=record.task,
+        task_type=task_type,
+        template=template,
+        agent=action.agent,
+        role=action.role,
+        turn=action.turn,
+        agent_input=agent_input,
+        output=action.output,
+        tool_feedback=feedback,
+        files=files,
+        ground_truth=gt,
+        is_final=is_final,
+        upstream_failures=failures,
+        earlier_roles=tuple(dict.fromkeys(a.role for a in earlier if a.agent != action.agent)),
+    )

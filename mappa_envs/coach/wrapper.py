@@ -1,0 +1,223 @@
+"""Reward wrappers: the coach's per-action process reward, the outcome-only reward, and a mix of both.
+
+>>> import mappa_envs
+>>> from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
+>>> env = CoachRewardWrapper(mappa_envs.make("mappa/MathChat-v0", split="arith-eval"), RuleBasedCoach(), blocking=True)
+>>> env.reset(seed=0)
+>>> env.step("6 * 7 = \\\\boxed{42}")
+>>> env.unwrapped.record.actions[0].info["coach"]["score"]
+6.0
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from pettingzoo.utils import BaseWrapper
+
+from ..core import ActionRecord
+from .coaches import Coach
+from .protocol import CoachEvaluation, inputs_for_episode
+
+
+class CoachPool:
+    """A bounded pool of coach calls shared by many environments (``max_concurrency`` calls at once)."""
+
+    def __init__(self, coach: Coach, max_concurrency: int = 8):
+        self.coach = coach
+        self.max_concurrency = max_concurrency
+        self._executor = ThreadPoolExecutor(max_workers=max_concurrency, thread_name_prefix="coach")
+        self._lock = threading.Lock()
+        self.submitted = 0
+
+    def submit(self, inp) -> Future:
+        with self._lock:
+            self.submitted += 1
+        return self._executor.submit(self.coach.evaluate, inp)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+class _RewardWrapper(BaseWrapper):
+    """Replaces the env's own (outcome) rewards by the wrapper's, keeping PettingZoo's accumulation right."""
+
+    def _take_env_rewards(self) -> None:
+        env = self.env.unwrapped
+        for a in list(env.rewards):
+            env._cumulative_rewards[a] -= env.rewards[a]
+            env.rewards[a] = 0.0
+
+    def _give(self, agent: str, reward: float) -> None:
+        env = self.env.unwrapped
+        if agent in env.rewards:
+            env.rewards[agent] += reward
+            env._cumulative_rewards[agent] += reward
+
+
+class CoachRewardWrapper(_RewardWrapper):
+    """Each action's reward is the coach's score / 10 (optionally mixed with the outcome, see ``alpha``).
+
+    The coach sees the action's role, full input, output, tool feedback, workspace files and who wrote them, and
+    the ground truth for the final agent's last action. The whole evaluation is stored in the action's
+    ``info["coach"]`` (as a dict) and in ``infos[agent]["coach"]`` (as a :class:`CoachEvaluation`; at step time
+    when blocking, at the episode's end otherwise).
+
+    ``blocking=True`` scores each action inside ``step`` and gives its reward at once. Otherwise (the default) the
+    action is sent to a :class:`CoachPool` and the rollout goes on; the episode's last step waits for what is still
+    pending (at the first ``last()`` or dead step after the end, or :meth:`finalize`), attaches every score to the
+    trajectory, and gives each agent the sum of its process rewards then.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        coach: Coach,
+        *,
+        pool: CoachPool | None = None,
+        blocking: bool = False,
+        alpha: float = 1.0,
+        task_type: str | None = None,
+        template: str | None = None,
+    ):
+        super().__init__(env)
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError("alpha must be in [0, 1]")
+        self.coach = coach
+        self.blocking = blocking
+        self.alpha = alpha
+        self._own_pool = pool is None and not blocking
+        self.pool = pool if pool is not None else (None if blocking else CoachPool(coach))
+        self._task_type = task_type
+        self._template = template
+        self._pending: list[tuple[ActionRecord, Future]] = []
+        self._unfinished_outcome: float | None = None
+
+    # -------------------------------------------------------------------------------------------------
+    def _task_meta(self) -> tuple[str, str]:
+        env = self.env.unwrapped
+        task_type = self._task_type or str(env.task.metadata.get("task_type", getattr(env, "task_type", "task")))
+        template = self._template or getattr(env, "coach_template", "default")
+        return task_type, template
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self._drain()
+        self._pending = []
+        self._unfinished_outcome = None
+        self.env.reset(seed=seed, options=options)
+
+    def last(self, observe: bool = True):
+        self.finalize()
+        return super().last(observe)
+
+    def step(self, action: Any) -> None:
+        env = self.env.unwrapped
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self.finalize()
+            self.env.step(action)
+            return
+        before = len(env.record.actions)
+        self.env.step(action)
+        if len(env.record.actions) == before:
+            return
+        act = env.record.actions[-1]
+        finished = all(env.terminations.values())
+        outcome_reward = float(env.rewards.get(agent, 0.0)) if finished else 0.0
+        self._take_env_rewards()
+        if finished:  # the env credited the outcome to each agent's last action: take it back (re-mixed below)
+            for last in {a.agent: a for a in env.record.actions}.values():
+                last.reward -= outcome_reward
+        task_type, template = self._task_meta()
+        inp = inputs_for_episode(
+            env.record,
+            act,
+            task_type=task_type,
+            template=template,
+            final_agent=env.roles[-1].agent,
+            is_final=finished,
+        )
+        if self.blocking:
+            ev = self.coach.evaluate(inp)
+            self._attach(act, ev)
+            self._give(agent, act.reward)
+            self.env.unwrapped.infos[agent]["coach"] = ev  # the full evaluation (a CoachEvaluation)
+        else:
+            self._pending.append((act, self.pool.submit(inp)))
+        if finished:  # the scores are collected at the next last() or dead step (see finalize)
+            self._unfinished_outcome = outcome_reward
+
+    def _attach(self, act: ActionRecord, ev: CoachEvaluation) -> None:
+        act.info["coach"] = ev.to_dict()
+        act.reward = self.alpha * ev.reward
+
+    def finalize(self) -> None:
+        """Wait for the episode's pending scores and give the rewards (a no-op unless the episode just ended).
+
+        Called by ``last()`` and the dead steps, so the terminal step itself never waits: a rollout over many
+        envs can end all of them before the first wait.
+        """
+        if self._unfinished_outcome is None:
+            return
+        outcome_reward, self._unfinished_outcome = self._unfinished_outcome, None
+        env = self.env.unwrapped
+        for act, fut in self._pending:
+            ev = fut.result()
+            self._attach(act, ev)
+            self._give(act.agent, act.reward)
+            if act.agent in env.infos:
+                env.infos[act.agent]["coach"] = ev
+        self._pending = []
+        if self.alpha < 1.0:
+            share = (1.0 - self.alpha) * outcome_reward
+            for agent, act in {a.agent: a for a in env.record.actions}.items():
+                act.reward += share
+                self._give(agent, share)
+
+    def _drain(self) -> None:
+        for _, fut in self._pending:
+            fut.cancel()
+        self._pending = []
+
+    def close(self) -> None:
+        self._drain()
+        if self._own_pool and self.pool is not None:
+            self.pool.close()
+        self.env.close()
+
+
+class OutcomeRewardWrapper(_RewardWrapper):
+    """A single terminal reward from the task outcome (``key`` of the outcome: ``correct``, ``quality``...),
+    given to every agent and credited to each agent's last action; every other action gets 0. The ablation
+    baseline against the coach's process rewards."""
+
+    def __init__(self, env: Any, key: str | None = None):
+        super().__init__(env)
+        self.key = key
+
+    def step(self, action: Any) -> None:
+        env = self.env.unwrapped
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            self.env.step(action)
+            return
+        self.env.step(action)
+        if not all(env.terminations.values()) or self.key is None:
+            return  # the env's own reward already is the outcome
+        self._take_env_rewards()
+        value = float(env.record.outcome[self.key])
+        last = {a.agent: a for a in env.record.actions}
+        for a in env.record.actions:
+            a.reward = 0.0
+        for agent_id, act in last.items():
+            act.reward = value
+            self._give(agent_id, value)
+
+
+class MixedRewardWrapper(CoachRewardWrapper):
+    """``alpha`` x process reward (each action) + ``(1 - alpha)`` x outcome (each agent's last action)."""
+
+    def __init__(self, env: Any, coach: Coach, alpha: float = 0.5, **kwargs: Any):
+        super().__init__(env, coach, alpha=alpha, **kwargs)

@@ -1,0 +1,235 @@
+"""The coach: protocol parsing, the rule-based rubric, LLM-coach fallbacks, caching, wrappers and ensembles."""
+
+import warnings
+
+import pytest
+from pettingzoo.test import api_test, seed_test
+
+import mappa_envs
+from mappa_envs.coach import (
+    CoachCache,
+    CoachRewardWrapper,
+    EnsembleCoach,
+    LLMCoach,
+    MixedRewardWrapper,
+    OutcomeRewardWrapper,
+    RuleBasedCoach,
+    Templates,
+    parse_answer_correct,
+    parse_score,
+)
+from mappa_envs.coach.protocol import inputs_for_episode, parse_score_lenient
+
+TASK = [{"id": "q", "prompt": "What is 6 times 7?", "answer": "42"}]
+
+
+def make(**kw):
+    return mappa_envs.make("mappa/MathChat-v0", tasks=TASK, **kw)
+
+
+def play(env, actions):
+    actions = list(actions)
+    final = {}
+    for agent in env.agent_iter():
+        _, reward, term, trunc, _ = env.last()
+        if term or trunc:
+            final[agent] = reward
+            env.step(None)
+        else:
+            env.step(actions.pop(0))
+    return final
+
+
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        ("Good work.\nPROCESS_SCORE: 7", 7.0),
+        ("PROCESS_SCORE: 15", 10.0),
+        ("PROCESS_SCORE: -3", 0.0),
+        ("**PROCESS_SCORE:** 6.5", 6.5),
+        ("process_score = 4\nthen PROCESS_SCORE: 8", 8.0),
+        ("no score here", None),
+        ("", None),
+    ],
+)
+def test_parse_score(reply, score):
+    assert parse_score(reply) == score
+
+
+def test_parse_answer_and_lenient():
+    assert parse_answer_correct("PROCESS_SCORE: 5\nANSWER_CORRECT: 1") is True
+    assert parse_answer_correct("ANSWER_CORRECT: 0") is False
+    assert parse_answer_correct("nothing") is None
+    assert parse_score_lenient("I would give it a score of 7/10.") == 7.0
+    assert parse_score_lenient("score: 42") is None
+
+
+def test_credit_assignment_crashing_code_blamed_on_the_code_executor():
+    """The code executor's code crashes; the verifier correctly reports it cannot verify."""
+    env = CoachRewardWrapper(make(), RuleBasedCoach(), blocking=True)
+    env.reset(seed=0)
+    play(
+        env,
+        [
+            "6 * 7 = 42, so \\boxed{42}.",
+            "```python\nprint(6 * seven)\n```",
+            "```python\nprint(6 * undefined_name)\n```",
+            "The code failed with a NameError, so I cannot verify it by execution. By hand, 6 * 7 = 42. \\boxed{42}",
+        ],
+    )
+    scores = {(a.agent, a.turn): a.info["coach"]["score"] for a in env.unwrapped.record.actions}
+    executor = max(scores[("code_executor_0", 1)], scores[("code_executor_0", 2)])
+    assert executor < scores[("verifier_0", 1)]
+    assert executor < scores[("problem_solver_0", 1)]
+    assert env.unwrapped.record.actions[-1].info["coach"]["answer_correct"] is True
+
+
+def test_coach_input_carries_context_and_ground_truth_only_for_the_final_agent():
+    env = make()
+    env.reset(seed=0)
+    play(env, ["\\boxed{42}", "```python\nopen('r.txt', 'w').write('42')\nprint(42)\n```", "done", "\\boxed{42}"])
+    rec = env.unwrapped.record
+    inputs = [
+        inputs_for_episode(
+            rec, a, task_type="math", template="mathchat", final_agent="verifier_0", is_final=a is rec.actions[-1]
+        )
+        for a in rec.actions
+    ]
+    assert [i.ground_truth for i in inputs] == [None, None, None, "42"]
+    assert "What is 6 times 7?" in inputs[1].agent_input and "\\boxed{42}" in inputs[1].agent_input
+    assert "Execution status: ok" in inputs[1].tool_feedback
+    assert [(f.path, f.written_by) for f in inputs[3].files] == [("r.txt", "code_executor_0")]
+    messages = Templates().build(inputs[3])
+    assert "ANSWER_CORRECT" in messages[1]["content"] and "The correct final answer is: 42" in messages[1]["content"]
+    assert "ANSWER_CORRECT" not in Templates().build(inputs[0])[1]["content"]
+
+
+def test_templates_can_be_overridden(tmp_path):
+    (tmp_path / "system.txt").write_text("SYS")
+    (tmp_path / "user.txt").write_text("ROLE={role} OUT={output}{ground_truth_section}{answer_line}")
+    (tmp_path / "default.txt").write_text("be kind")
+    env = make()
+    env.reset(seed=0)
+    env.step("hello")
+    inp = inputs_for_episode(
+        env.unwrapped.record,
+        env.unwrapped.record.actions[0],
+        task_type="math",
+        template="mathchat",
+        final_agent="verifier_0",
+        is_final=False,
+    )
+    msgs = Templates(tmp_path).build(inp)
+    assert msgs == [{"role": "system", "content": "SYS"}, {"role": "user", "content": "ROLE=problem solver OUT=hello"}]
+
+
+class FakeBackend:
+    """In-process stand-in for an LLM server: replies from a script, may raise."""
+
+    name = "fake"
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.calls = []
+
+    def complete(self, messages):
+        self.calls.append(messages)
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+
+def _an_input():
+    env = make()
+    env.reset(seed=0)
+    env.step("\\boxed{42}")
+    rec = env.unwrapped.record
+    return inputs_for_episode(
+        rec, rec.actions[0], task_type="math", template="mathchat", final_agent="verifier_0", is_final=False
+    )
+
+
+def test_llm_coach_reprompts_once_then_falls_back_flagged_and_counted():
+    backend = FakeBackend(["looks fine to me", "still no number"])
+    coach = LLMCoach(backend, backoff_s=0)
+    ev = coach.evaluate(_an_input())
+    assert ev.fallback_used and ev.score == 5.0 and ev.reprompted and ev.parse == "fallback"
+    assert "re-prompt" in ev.raw_reply and "no score" in ev.fallback_reason
+    assert len(backend.calls) == 2 and backend.calls[1][-1]["role"] == "user"
+    assert coach.stats.counts["fallbacks"] == 1 and coach.stats.counts["reprompts"] == 1
+
+
+def test_llm_coach_reprompt_succeeds_and_lenient_parse():
+    ev = LLMCoach(FakeBackend(["hmm", "PROCESS_SCORE: 8"]), backoff_s=0).evaluate(_an_input())
+    assert ev.score == 8.0 and ev.parse == "reprompt" and not ev.fallback_used
+    ev = LLMCoach(FakeBackend(["hmm", "I rate it 3/10"]), backoff_s=0).evaluate(_an_input())
+    assert ev.score == 3.0 and ev.parse == "lenient" and not ev.fallback_used
+
+
+def test_llm_coach_retries_errors_then_falls_back():
+    coach = LLMCoach(FakeBackend([TimeoutError("slow"), ConnectionError("reset"), "PROCESS_SCORE: 9"]), backoff_s=0)
+    ev = coach.evaluate(_an_input())
+    assert ev.score == 9.0 and ev.retries == 2
+    coach = LLMCoach(FakeBackend([RuntimeError("500")] * 4), max_retries=3, backoff_s=0)
+    ev = coach.evaluate(_an_input())
+    assert ev.fallback_used and "unreachable after 3 retries" in ev.fallback_reason
+
+
+def test_cache_makes_reruns_free_and_repeatable():
+    backend = FakeBackend(["PROCESS_SCORE: 6"])
+    coach = LLMCoach(backend, cache=CoachCache())
+    inp = _an_input()
+    first, second = coach.evaluate(inp), coach.evaluate(inp)
+    assert first.score == second.score == 6.0 and second.cached and len(backend.calls) == 1
+
+
+def test_ensemble_mean_and_median_skip_fallbacks():
+    coaches = [LLMCoach(FakeBackend([f"PROCESS_SCORE: {s}"]), backoff_s=0) for s in (2, 4, 9)]
+    assert EnsembleCoach(coaches, "mean").evaluate(_an_input()).score == 5.0
+    coaches = [LLMCoach(FakeBackend([f"PROCESS_SCORE: {s}"]), backoff_s=0) for s in (2, 4, 9)]
+    ev = EnsembleCoach(coaches, "median").evaluate(_an_input())
+    assert ev.score == 4.0 and len(ev.members) == 3
+    broken = LLMCoach(FakeBackend(["x", "y"]), backoff_s=0)
+    ev = EnsembleCoach([broken, LLMCoach(FakeBackend(["PROCESS_SCORE: 8"]))]).evaluate(_an_input())
+    assert ev.score == 8.0 and not ev.fallback_used
+
+
+def test_async_wrapper_attaches_every_score_by_the_end():
+    env = CoachRewardWrapper(make(), RuleBasedCoach())
+    env.reset(seed=0)
+    final = play(env, ["\\boxed{42}", "```python\nprint(42)\n```", "ok", "\\boxed{42}"])
+    rec = env.unwrapped.record
+    assert all("coach" in a.info for a in rec.actions)
+    # each agent's terminal reward is the sum of its process rewards not yet seen
+    assert final["verifier_0"] == pytest.approx(rec.actions[-1].reward)
+    assert final["code_executor_0"] == pytest.approx(rec.actions[1].reward + rec.actions[2].reward)
+    env.close()
+
+
+def test_outcome_and_mixed_wrappers():
+    env = OutcomeRewardWrapper(make(), key="correct")
+    env.reset(seed=0)
+    final = play(env, ["\\boxed{42}", "no code", "\\boxed{42}"])
+    assert final == {"problem_solver_0": 1.0, "code_executor_0": 1.0, "verifier_0": 1.0}
+    assert [a.reward for a in env.unwrapped.record.actions] == [1.0, 1.0, 1.0]
+
+    env = MixedRewardWrapper(make(), RuleBasedCoach(), alpha=0.25, blocking=True)
+    env.reset(seed=0)
+    play(env, ["\\boxed{42}", "no code", "\\boxed{41}"])
+    rec = env.unwrapped.record
+    for a in rec.actions:  # the outcome is 0 (wrong answer): only the process part remains
+        assert a.reward == pytest.approx(0.25 * a.info["coach"]["score"] / 10)
+    env.reset(seed=0)
+    play(env, ["\\boxed{42}", "no code", "\\boxed{42}"])
+    last = env.unwrapped.record.actions[-1]
+    assert last.reward == pytest.approx(0.25 * last.info["coach"]["score"] / 10 + 0.75)
+
+
+def test_wrapped_env_passes_pettingzoo_tests():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        api_test(
+            CoachRewardWrapper(mappa_envs.make("mappa/MathChat-v0"), RuleBasedCoach(), blocking=True), num_cycles=20
+        )
+    seed_test(lambda: CoachRewardWrapper(mappa_envs.make("mappa/MathChat-v0"), RuleBasedCoach(), blocking=True), 10)
