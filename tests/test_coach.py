@@ -184,6 +184,15 @@ def test_cache_makes_reruns_free_and_repeatable():
     assert first.score == second.score == 6.0 and second.cached and len(backend.calls) == 1
 
 
+def test_cache_on_disk_survives_a_restart(tmp_path):
+    path = str(tmp_path / "coach-cache.jsonl")
+    inp = _an_input()
+    LLMCoach(FakeBackend(["PROCESS_SCORE: 7"]), cache=CoachCache(path)).evaluate(inp)
+    backend = FakeBackend([])  # any call would fail: the score must come from the file
+    ev = LLMCoach(backend, cache=CoachCache(path)).evaluate(inp)
+    assert ev.score == 7.0 and ev.cached and backend.calls == []
+
+
 def test_ensemble_mean_and_median_skip_fallbacks():
     coaches = [LLMCoach(FakeBackend([f"PROCESS_SCORE: {s}"]), backoff_s=0) for s in (2, 4, 9)]
     assert EnsembleCoach(coaches, "mean").evaluate(_an_input()).score == 5.0

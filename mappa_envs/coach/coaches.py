@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import statistics
 import threading
@@ -202,11 +204,22 @@ class TransformersChatBackend:
 
 
 class CoachCache:
-    """In-memory cache of evaluations keyed by :meth:`CoachInput.key` (plus the coach's name)."""
+    """Evaluations keyed by the coach's name and :meth:`CoachInput.key`.
 
-    def __init__(self) -> None:
+    In memory by default; with ``path`` it is also a JSON-lines file, loaded at start and appended to, so re-runs
+    (re-scoring stored trajectories, resumed training) cost no coach calls and give the same scores.
+    """
+
+    def __init__(self, path: str | None = None) -> None:
         self._data: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self.path = path
+        if path is not None and os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        entry = json.loads(line)
+                        self._data[entry["key"]] = entry["evaluation"]
 
     def get(self, key: str) -> CoachEvaluation | None:
         with self._lock:
@@ -218,8 +231,12 @@ class CoachCache:
         return CoachEvaluation(**{**d, "cached": True})
 
     def put(self, key: str, ev: CoachEvaluation) -> None:
+        d = ev.to_dict()
         with self._lock:
-            self._data[key] = ev.to_dict()
+            self._data[key] = d
+            if self.path is not None:
+                with open(self.path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps({"key": key, "evaluation": d}) + "\n")
 
     def __len__(self) -> int:
         return len(self._data)
