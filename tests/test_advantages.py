@@ -1,0 +1,75 @@
+"""Advantage estimators against values computed by hand."""
+
+import pytest
+import torch
+
+from baselines.advantages import (
+    ESTIMATORS,
+    AdvantageBatch,
+    compute_advantages,
+    returns_to_go,
+    token_rewards,
+)
+
+
+def whiten(values, mask):
+    vals = [v for v, m in zip(values, mask, strict=True) if m]
+    mean = sum(vals) / len(vals)
+    std = (sum((v - mean) ** 2 for v in vals) / len(vals)) ** 0.5
+    return [((v - mean) / (std + 1e-8)) if m else 0.0 for v, m in zip(values, mask, strict=True)]
+
+
+def test_token_rewards_and_returns_by_hand():
+    # two samples: 3 and 2 response tokens (right-padded to 3)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    logp = torch.tensor([[-1.0, -2.0, -0.5], [-1.0, -1.0, 0.0]])
+    ref = torch.tensor([[-1.5, -2.0, -1.0], [-0.5, -1.0, 0.0]])
+    batch = AdvantageBatch(torch.tensor([0.7, 0.2]), torch.tensor([1.0, 0.0]), mask, logp, ref)
+    r = token_rewards(batch.rewards, batch, beta=0.1)
+    # KL_t = logp - ref: [[0.5, 0, 0.5], [-0.5, 0, .]]; r_t = -0.1 KL_t, + reward on the last token
+    expected = torch.tensor([[-0.05, 0.0, -0.05 + 0.7], [0.05, 0.0 + 0.2, 0.0]])
+    assert torch.allclose(r, expected)
+    g = returns_to_go(r, mask.float())
+    assert torch.allclose(g, torch.tensor([[0.60, 0.65, 0.65], [0.25, 0.20, 0.0]]))
+
+
+def test_reinforce_pp_normalises_over_the_global_batch():
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    batch = AdvantageBatch(torch.tensor([0.7, 0.2]), torch.tensor([1.0, 0.0]), mask)
+    adv = compute_advantages("reinforce_pp", batch, beta=0.0)
+    # without KL the returns are the reward on every token: [.7 .7 .7 | .2 .2 -]
+    flat = whiten([0.7, 0.7, 0.7, 0.2, 0.2, 0.0], [1, 1, 1, 1, 1, 0])
+    assert torch.allclose(adv.flatten(), torch.tensor(flat), atol=1e-6)
+    assert adv[1, 2] == 0
+
+
+def test_outcome_uses_the_episode_outcome():
+    mask = torch.tensor([[1, 1], [1, 1]])
+    batch = AdvantageBatch(torch.tensor([0.9, 0.1]), torch.tensor([0.0, 1.0]), mask)
+    adv = compute_advantages("outcome", batch, beta=0.0)
+    assert (adv[0] < 0).all() and (adv[1] > 0).all()  # the reverse of what the coach said
+    assert torch.allclose(adv, torch.tensor([[-1.0, -1.0], [1.0, 1.0]]), atol=1e-6)
+
+
+def test_grpo_group_baseline_by_hand():
+    mask = torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1]])
+    batch = AdvantageBatch(torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.zeros(4), mask, group_ids=["a", "a", "b", "b"])
+    adv = compute_advantages("grpo", batch)
+    # group a: rewards 1, 0 -> mean .5, std .5 -> +1, -1; group b: equal rewards -> 0
+    expected = torch.tensor([[1.0, 1.0], [-1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    assert torch.allclose(adv, expected, atol=1e-5)
+
+
+def test_grpo_refuses_one_sample_per_prompt():
+    batch = AdvantageBatch(torch.tensor([1.0, 0.0]), torch.zeros(2), torch.ones(2, 2), group_ids=["a", "b"])
+    with pytest.raises(ValueError, match=r"at least 2 samples per prompt.*reinforce_pp"):
+        compute_advantages("grpo", batch)
+
+
+def test_kl_needs_log_probs_and_unknown_estimator():
+    batch = AdvantageBatch(torch.tensor([1.0]), torch.tensor([1.0]), torch.ones(1, 2))
+    with pytest.raises(ValueError, match="needs logp"):
+        compute_advantages("reinforce_pp", batch, beta=0.01)
+    with pytest.raises(ValueError, match="unknown advantage estimator"):
+        compute_advantages("ppo-gae", batch)
+    assert set(ESTIMATORS) == {"reinforce_pp", "grpo", "outcome"}
