@@ -1,7 +1,9 @@
 """Advantage estimators: pure functions in one table (:data:`ESTIMATORS`); adding one touches one place.
 
-Shapes: ``B`` samples (one per action), ``T`` response tokens (right-padded). Every estimator takes a
-:class:`AdvantageBatch` and keyword options and returns advantages of shape ``[B, T]``, zero where ``mask`` is 0.
+Shapes: ``B`` samples (one per action), ``T`` token positions; ``mask`` marks each sample's response tokens (a
+contiguous span anywhere in the row: right-padded responses, or responses after their prompt). Every estimator
+takes an :class:`AdvantageBatch` and keyword options and returns advantages of shape ``[B, T]``, zero where
+``mask`` is 0.
 
 =================  ==========================================================================================
 ``reinforce_pp``   REINFORCE++ (the method's main baseline): token reward ``r_t = -beta * KL_t`` with the k1
@@ -58,11 +60,12 @@ def token_rewards(sample_rewards: torch.Tensor, batch: AdvantageBatch, beta: flo
         if batch.logp is None or batch.ref_logp is None:
             raise ValueError("a KL penalty (beta > 0) needs logp and ref_logp")
         r = r - beta * (batch.logp - batch.ref_logp) * mask
-    lengths = mask.sum(dim=1).long()
-    if (lengths == 0).any():
+    if (mask.sum(dim=1) == 0).any():
         raise ValueError("a sample has no response token: it cannot carry a reward")
+    positions = torch.arange(mask.shape[1], dtype=torch.float32)
+    last = (mask * (positions + 1)).argmax(dim=1)  # the last response token, wherever the response sits
     rows = torch.arange(mask.shape[0])
-    r[rows, lengths - 1] += sample_rewards.to(torch.float32)
+    r[rows, last] += sample_rewards.to(torch.float32)
     return r
 
 

@@ -77,17 +77,31 @@ class TransformersPolicy:
         from .models import resolve_model
 
         self.path = resolve_model(model)
+        tokenizer = AutoTokenizer.from_pretrained(self.path)
+        loaded = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, dtype)).to(device)
+        self._setup(loaded, tokenizer, config, device, seed)
+
+    def _setup(self, model, tokenizer, config, device, seed) -> None:
+        import torch
+
         self.config = config or GenerationConfig()
         self.device = device
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+        self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=getattr(torch, dtype)).to(device)
-        self.model.eval()
+        self.model = model
         self._torch = torch
         torch.manual_seed(seed)
         self.generated_tokens = 0
+
+    @classmethod
+    def from_model(cls, model, tokenizer, config: GenerationConfig | None = None, *, seed: int = 0, device="cpu"):
+        """Generate with an already loaded model (e.g. the one a trainer updates in place)."""
+        self = cls.__new__(cls)
+        self.path = getattr(model, "name_or_path", "")
+        self._setup(model, tokenizer, config, device, seed)
+        return self
 
     def _prompt(self, conversation: Conversation) -> str:
         return self.tokenizer.apply_chat_template(list(conversation), tokenize=False, add_generation_prompt=True)
@@ -100,6 +114,8 @@ class TransformersPolicy:
             prompts = [self._prompt(c) for c in batch[start : start + cfg.batch_size]]
             enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
             sample = cfg.temperature > 0
+            was_training = self.model.training
+            self.model.eval()
             with torch.inference_mode():
                 ids = self.model.generate(
                     **enc,
@@ -110,6 +126,7 @@ class TransformersPolicy:
                     top_k=None,
                     pad_token_id=self.tokenizer.pad_token_id,
                 )
+            self.model.train(was_training)
             new = ids[:, enc["input_ids"].shape[1] :]
             self.generated_tokens += int((new != self.tokenizer.pad_token_id).sum())
             out.extend(self.tokenizer.batch_decode(new, skip_special_tokens=True))

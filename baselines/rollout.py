@@ -34,10 +34,13 @@ def run_episodes(
     seed: int = 0,
     concurrency: int = 8,
     on_episode: Callable[[EpisodeRecord], None] | None = None,
+    reset_options: Callable[[int], dict[str, Any]] | None = None,
 ) -> list[EpisodeRecord]:
     """Run ``n_episodes`` episodes (episode ``i`` is reset with ``seed + i``) and return their records in order.
 
     ``env_fn`` builds one env (wrappers allowed); up to ``concurrency`` envs are stepped together.
+    ``reset_options(i)`` gives episode ``i``'s reset options (e.g. ``{"task_index": ...}`` to roll out several
+    samples of the same task).
     """
     envs = [env_fn() for _ in range(min(concurrency, n_episodes))]
     results: dict[int, EpisodeRecord] = {}
@@ -46,7 +49,8 @@ def run_episodes(
 
     def start(slot: int) -> None:
         nonlocal next_episode
-        envs[slot].reset(seed=seed + next_episode)
+        options = reset_options(next_episode) if reset_options is not None else None
+        envs[slot].reset(seed=seed + next_episode, options=options)
         episode_of[slot] = next_episode
         next_episode += 1
 

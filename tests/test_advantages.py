@@ -73,3 +73,13 @@ def test_kl_needs_log_probs_and_unknown_estimator():
     with pytest.raises(ValueError, match="unknown advantage estimator"):
         compute_advantages("ppo-gae", batch)
     assert set(ESTIMATORS) == {"reinforce_pp", "grpo", "outcome"}
+
+
+def test_responses_after_their_prompt_get_the_same_advantages():
+    # the same two responses as above, placed after prompts of different lengths
+    right_padded = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    after_prompt = torch.tensor([[0, 1, 1, 1], [0, 0, 1, 1]])
+    rewards, outcomes = torch.tensor([0.7, 0.2]), torch.zeros(2)
+    a = compute_advantages("reinforce_pp", AdvantageBatch(rewards, outcomes, right_padded), beta=0.0)
+    b = compute_advantages("reinforce_pp", AdvantageBatch(rewards, outcomes, after_prompt), beta=0.0)
+    assert torch.allclose(a[right_padded.bool()], b[after_prompt.bool()])
