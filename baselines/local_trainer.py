@@ -100,10 +100,13 @@ class RoleLearner:
             )
             for i in range(0, len(samples), cfg.micro_batch)
         ]
+        # One update per batch of fresh rollouts: the generating policy *is* the current model, so the old
+        # log-probs are the current ones (detached in the loss pass below; one forward pass saved). They are
+        # computed here too when the KL needs them, together with the reference's.
         with torch.no_grad():
             self.model.eval()
-            olds = [token_logprobs(self.model, b) for b in batches]
-            refs = [token_logprobs(self.ref, b) for b in batches]
+            olds = [token_logprobs(self.model, b) for b in batches] if cfg.beta_kl else None
+            refs = [token_logprobs(self.ref, b) for b in batches] if cfg.beta_kl else None
         # advantages over the role's whole batch (global normalisation), then split back into micro-batches
         width = max(b.response_mask.shape[1] for b in batches)
 
@@ -117,8 +120,8 @@ class RoleLearner:
                 rewards=torch.tensor([s.reward for s in samples]),
                 outcomes=torch.tensor([s.outcome for s in samples]),
                 mask=mask,
-                logp=torch.cat([pad(o) for o in olds]),
-                ref_logp=torch.cat([pad(r) for r in refs]),
+                logp=torch.cat([pad(o) for o in olds]) if olds else None,
+                ref_logp=torch.cat([pad(r) for r in refs]) if refs else None,
                 group_ids=[s.group_id for s in samples],
             ),
             **({} if cfg.estimator == "grpo" else {"beta": cfg.beta_kl}),
@@ -128,17 +131,19 @@ class RoleLearner:
         total = float(mask.sum())
         stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0}
         row = 0
-        for b, old, ref in zip(batches, olds, refs, strict=True):
+        for i, b in enumerate(batches):
             n = b.input_ids.shape[0]
             a = adv[row : row + n, : b.response_mask.shape[1]]
             row += n
             logp = token_logprobs(self.model, b)
+            old = logp.detach()
             loss, info = ppo_clip_loss(logp, old, a, b.response_mask, cfg.clip_eps)
             weight = float(b.response_mask.sum()) / max(total, 1.0)
             (loss * weight).backward()
             stats["loss"] += float(loss.detach()) * weight
             stats["clip_frac"] += info["clip_frac"] * weight
-            stats["kl"] += float(((old - ref) * b.response_mask).sum()) / max(total, 1.0)
+            if refs is not None:
+                stats["kl"] += float(((old - refs[i]) * b.response_mask).sum()) / max(total, 1.0)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.model.eval()

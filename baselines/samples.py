@@ -110,8 +110,19 @@ def tokenize_samples(
 
 
 def token_logprobs(model: Any, batch: TokenBatch) -> Any:
-    """Log-probability of every next token under ``model``: ``[B, L-1]`` (use with ``batch.response_mask``)."""
+    """Log-probability of every next token under ``model``: ``[B, L-1]``, meaningful where
+    ``batch.response_mask`` is 1 (elsewhere 0). Logits are computed only from the earliest response position on
+    (``logits_to_keep``): the vocabulary projection of long prompts is the costly part and is not needed."""
     import torch
 
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
-    return torch.gather(torch.log_softmax(logits, dim=-1), 2, batch.input_ids[:, 1:, None]).squeeze(2)
+    width = batch.input_ids.shape[1]
+    cols = batch.response_mask.any(dim=0).nonzero()
+    first = int(cols[0]) if len(cols) else width - 2  # first logit position that predicts a response token
+    keep = width - first  # logits for positions first .. width-1 (the last one predicts nothing and is dropped)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep).logits
+    logits = logits[:, :-1].float()
+    targets = batch.input_ids[:, first + 1 :]
+    picked = torch.gather(logits, 2, targets[:, :, None]).squeeze(2) - torch.logsumexp(logits, dim=-1)
+    out = torch.zeros(batch.input_ids.shape[0], width - 1, dtype=picked.dtype)
+    out[:, first:] = picked
+    return out

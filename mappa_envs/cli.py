@@ -121,6 +121,85 @@ def _transcript(rec) -> str:
     return "\n".join(lines)
 
 
+def _evaluate(policies, env_id: str, split: str, episodes: int, seed: int, concurrency: int):
+    from baselines import run_episodes
+
+    from . import make
+    from .metrics import accuracy, role_stats
+
+    records = run_episodes(
+        lambda: make(env_id, split=split),
+        policies,
+        episodes,
+        seed=seed,
+        concurrency=concurrency,
+        reset_options=lambda i: {"task_index": i},
+    )
+    k, n = accuracy(records)
+    stats = role_stats(records)
+    ce = stats.get("code_executor")
+    return {
+        "accuracy": k / n if n else 0.0,
+        "correct": k,
+        "episodes": n,
+        "code_rate": ce.code_rate if ce else 0.0,
+        "tool_success_rate": ce.tool_success_rate if ce else 0.0,
+    }
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from baselines.local_trainer import LocalTrainer
+    from baselines.presets import preset
+
+    from .metrics import wilson_interval
+
+    cfg = preset(
+        args.preset,
+        iterations=args.iterations,
+        model=args.model,
+        estimator=args.estimator,
+        coach=args.coach,
+        out_dir=args.out,
+        seed=args.seed,
+    )
+    print(json.dumps(dataclasses.asdict(cfg)), flush=True)
+    t0 = time.monotonic()
+    trainer = LocalTrainer(cfg)
+    eval_split = args.eval_split
+    evals = {}
+    if args.eval_episodes:
+        evals["before"] = _evaluate(trainer.policies, cfg.env_id, eval_split, args.eval_episodes, 123, cfg.concurrency)
+        print(f"before training: {evals['before']}", flush=True)
+    for it in range(cfg.iterations):
+        m = trainer.train_iteration(it)
+        roles = {
+            r: {k: round(v, 3) for k, v in m[r].items() if k in ("mean_coach_score", "loss", "kl", "tool_success_rate")}
+            for r in trainer.roles
+            if r in m
+        }
+        print(
+            f"[iteration {it + 1}/{cfg.iterations}] train accuracy {m['accuracy']:.2f} {roles} "
+            f"({time.monotonic() - t0:.0f}s)",
+            flush=True,
+        )
+    if args.eval_episodes:
+        evals["after"] = _evaluate(trainer.policies, cfg.env_id, eval_split, args.eval_episodes, 123, cfg.concurrency)
+        print(f"after training: {evals['after']}")
+        b, a = evals["before"], evals["after"]
+        lo_b, hi_b = wilson_interval(b["correct"], b["episodes"])
+        lo_a, hi_a = wilson_interval(a["correct"], a["episodes"])
+        print(
+            f"held-out {eval_split} ({a['episodes']} problems): accuracy {b['accuracy']:.1%} [{lo_b:.0%}, {hi_b:.0%}]"
+            f" -> {a['accuracy']:.1%} [{lo_a:.0%}, {hi_a:.0%}]; code-executor tool success "
+            f"{b['tool_success_rate']:.1%} -> {a['tool_success_rate']:.1%}"
+        )
+        (Path(cfg.out_dir) / "eval.json").write_text(json.dumps(evals, indent=2))
+    print(f"done in {time.monotonic() - t0:.0f}s; logs in {cfg.out_dir}")
+    return 0
+
+
 def cmd_report_coach_bias(args: argparse.Namespace) -> int:
     from .coach.bias import bias_report, format_report, normalize_scores
     from .core import read_jsonl
@@ -145,6 +224,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("envs", help="list registered environments")
     p.set_defaults(func=cmd_envs)
+
+    p = sub.add_parser("train", help="train every role with REINFORCE++ / GRPO / outcome-only (single process)")
+    p.add_argument("--preset", default="demo", help="smoke | demo | paper-mathchat | paper-dsbench")
+    p.add_argument("--iterations", type=int, default=None)
+    p.add_argument("--model", default=None)
+    p.add_argument("--estimator", default=None, help="reinforce_pp | grpo | outcome")
+    p.add_argument("--coach", default=None, help="rule | none")
+    p.add_argument("--eval-split", default="arith-eval")
+    p.add_argument("--eval-episodes", type=int, default=0, help="held-out episodes before and after training")
+    p.add_argument("--out", default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("report", help="reports over trajectories")
     rsub = p.add_subparsers(dest="report", required=True)

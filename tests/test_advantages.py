@@ -83,3 +83,32 @@ def test_responses_after_their_prompt_get_the_same_advantages():
     a = compute_advantages("reinforce_pp", AdvantageBatch(rewards, outcomes, right_padded), beta=0.0)
     b = compute_advantages("reinforce_pp", AdvantageBatch(rewards, outcomes, after_prompt), beta=0.0)
     assert torch.allclose(a[right_padded.bool()], b[after_prompt.bool()])
+
+
+def test_token_logprobs_match_a_full_forward_pass():
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from baselines.samples import TokenBatch, token_logprobs
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=50,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            head_dim=16,
+        )
+    ).eval()
+    ids = torch.tensor([[1, 5, 6, 7, 8, 9], [1, 5, 6, 7, 0, 0]])
+    attn = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    resp = torch.tensor([[0, 0, 1, 1, 1.0], [0, 1, 1, 0, 0]])  # responses start after prompts of 3 and 2 tokens
+    batch = TokenBatch(ids, attn, resp, 5, 5)
+    with torch.no_grad():
+        fast = token_logprobs(model, batch)
+        full = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits[:, :-1], -1)
+        full = torch.gather(full, 2, ids[:, 1:, None]).squeeze(2)
+    assert torch.allclose(fast[resp.bool()], full[resp.bool()], atol=1e-5)
