@@ -31,25 +31,14 @@ from typing import Any
 
 from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, diff_snapshots, snapshot
 from .image import DEFAULT_IMAGE
+from .subprocess_backend import CHILD_ENV
 from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block
 
 LABEL = "mappa.sandbox"
 SANDBOX_UID = 65534
 GRACE_S = 5.0
 
-_CHILD_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/workspace",
-    "TMPDIR": "/tmp",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "PYTHONIOENCODING": "utf-8",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "MPLBACKEND": "Agg",
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-}
+_CHILD_ENV = dict(CHILD_ENV, HOME="/workspace", TMPDIR="/tmp")
 
 _live_sessions: weakref.WeakSet[DockerSession] = weakref.WeakSet()
 
