@@ -257,3 +257,16 @@ def test_local_transformers_coach_backend():
     ev = coach.evaluate(_an_input())
     assert ev.raw_reply.strip() and ev.backend == "transformers:smollm2-135m"
     assert 0 <= ev.score <= 10 and ev.fallback_used == (ev.parse == "fallback")
+
+
+def test_rule_coach_rewards_answers_consistent_with_the_code_output():
+    def verifier_score(final):
+        env = CoachRewardWrapper(make(), RuleBasedCoach(), blocking=True)
+        env.reset(seed=0)
+        play(env, ["I think 40. \\boxed{40}", "```python\nprint(6 * 7)\n```", "It printed 42.", final])
+        return env.unwrapped.record.actions[-1].info["coach"]["score"], env.unwrapped.record.actions[0]
+
+    agree, solver = verifier_score("The code printed 42. \\boxed{42}")
+    disagree, _ = verifier_score("I trust the solver. \\boxed{41}")
+    assert agree > disagree
+    assert "agrees" not in solver.info["coach"]["reasoning"]  # the solver acted before any code ran

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import statistics
 import threading
 import time
@@ -56,6 +57,7 @@ class CoachStats:
 
 
 # ---------------------------------------------------------------------------------------------- rule-based
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _CANNOT_VERIFY = ("cannot verify", "can't verify", "could not verify", "unable to verify", "failed", "error")
 
 
@@ -69,6 +71,8 @@ class RuleBasedCoach:
     Upstream blame: a failure caused by a missing file (FileNotFoundError) that an earlier agent should have
     written costs this agent nothing (the missing-file penalty goes to the earlier agent's own actions through
     their "no artifact written" rule); an agent that acknowledges an upstream tool failure gets +2.
+    Consistency (answer-giving roles): a ``\\boxed{}`` answer equal to the last number an earlier agent's code
+    printed +2, different -1.
     Correctness (final agent, ground truth given): correct +4, wrong -3.
     Missing artifacts (``expected_files`` per role): each missing file the role should have written -3.
     """
@@ -124,6 +128,12 @@ class RuleBasedCoach:
                 adjust(+1, "gives a \\boxed{} answer")
             if inp.upstream_failures and any(k in out.lower() for k in _CANNOT_VERIFY):
                 adjust(+2, "acknowledges an upstream tool failure")
+            printed = [v for text in inp.upstream_stdout for v in _NUMBER.findall(text)[-1:]]
+            if answer is not None and printed:
+                if any(math_equal(answer, v) for v in printed):
+                    adjust(+2, "answer agrees with what the code printed")
+                else:
+                    adjust(-1, "answer disagrees with what the code printed")
         answer_correct = None
         if inp.ground_truth is not None:
             answer = extract_answer(out)

@@ -61,6 +61,8 @@ class CoachInput:
     """Tool failures of earlier agents in the episode (agent: status), for credit assignment."""
     earlier_roles: tuple[str, ...] = ()
     """Roles that acted before this agent in the pipeline."""
+    upstream_stdout: tuple[str, ...] = ()
+    """What earlier agents' code printed when it ran OK (for consistency checks of an answer)."""
 
     def key(self) -> str:
         """Cache key: a hash of the whole input."""
@@ -233,4 +235,7 @@ def inputs_for_episode(
         is_final=is_final,
         upstream_failures=failures,
         earlier_roles=tuple(dict.fromkeys(a.role for a in earlier if a.agent != action.agent)),
+        upstream_stdout=tuple(
+            c.result.stdout for a in earlier for c in a.tool_calls if c.result.ok and a.agent != action.agent
+        ),
     )
