@@ -160,6 +160,34 @@ class Session(abc.ABC):
     def run(self, code: str, *, timeout_s: float | None = None) -> ExecResult:
         """Execute Python ``code`` with the workspace as the working directory."""
 
+    def result(
+        self,
+        status: ExecStatus,
+        exit_code: int | None,
+        out: tuple[str, bool],
+        err: tuple[str, bool],
+        duration_s: float,
+        before: dict[str, tuple[int, int]],
+        backend: str,
+        error: str | None,
+    ) -> ExecResult:
+        """An :class:`ExecResult` whose ``files_changed`` compares the workspace now with ``before``.
+
+        ``out`` and ``err`` are ``(text, truncated)`` pairs, as :meth:`OutputCap.text` returns them.
+        """
+        return ExecResult(
+            status=status,
+            exit_code=exit_code,
+            stdout=out[0],
+            stderr=err[0],
+            duration_s=duration_s,
+            stdout_truncated=out[1],
+            stderr_truncated=err[1],
+            files_changed=diff_snapshots(before, snapshot(self.workspace)),
+            backend=backend,
+            error=error,
+        )
+
     def files(self) -> dict[str, int]:
         """Workspace files (relative path -> size in bytes)."""
         return {p: size for p, (size, _) in snapshot(self.workspace).items()}

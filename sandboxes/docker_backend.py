@@ -29,7 +29,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, diff_snapshots, snapshot
+from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, snapshot
 from .image import DEFAULT_IMAGE
 from .subprocess_backend import CHILD_ENV
 from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block
@@ -224,25 +224,15 @@ class DockerSession(Session):
             self._restart_container()
         else:
             self._kill_leftovers()
-        stdout, out_trunc = out.text()
-        stderr, err_trunc = err.text()
+        out_text, err_text = out.text(), err.text()
         # `timeout -s KILL` exits 137 on timeout, like a kill by the kernel's OOM killer: the elapsed time tells.
         timed_out = engine_lost or exit_code == 124 or (exit_code == 137 and duration >= 0.98 * timeout)
-        status, message = classify(None if timed_out else (-9 if exit_code == 137 else exit_code), stderr, timed_out)
+        status, message = classify(
+            None if timed_out else (-9 if exit_code == 137 else exit_code), err_text[0], timed_out
+        )
         if engine_lost:
             message = "no answer from the container in time; it was recreated (workspace kept)"
-        return ExecResult(
-            status=status,
-            exit_code=exit_code,
-            stdout=stdout,
-            stderr=stderr,
-            duration_s=duration,
-            stdout_truncated=out_trunc,
-            stderr_truncated=err_trunc,
-            files_changed=diff_snapshots(before, snapshot(self.workspace)),
-            backend=f"{sb.name}/fresh",
-            error=message,
-        )
+        return self.result(status, exit_code, out_text, err_text, duration, before, f"{sb.name}/fresh", message)
 
     def _launch_worker(self):
         sb: DockerSandbox = self.sandbox  # type: ignore[assignment]
@@ -266,18 +256,8 @@ class DockerSession(Session):
         if exit_code is None:  # the worker did not answer: start from a fresh container (workspace kept)
             self._restart_container()
         status, msg = classify(exit_code, err[0], timed_out)
-        return ExecResult(
-            status=status,
-            exit_code=exit_code,
-            stdout=out[0],
-            stderr=err[0],
-            duration_s=time.monotonic() - start,
-            stdout_truncated=out[1],
-            stderr_truncated=err[1],
-            files_changed=diff_snapshots(before, snapshot(self.workspace)),
-            backend=f"{sb.name}/warm",
-            error=message or msg,
-        )
+        duration = time.monotonic() - start
+        return self.result(status, exit_code, out, err, duration, before, f"{sb.name}/warm", message or msg)
 
     def _restart_container(self) -> None:
         self._remove_container()

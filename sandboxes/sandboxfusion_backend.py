@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 
-from .base import ExecResult, ExecStatus, Limits, Sandbox, Session, diff_snapshots, snapshot
+from .base import ExecResult, ExecStatus, Limits, Sandbox, Session, snapshot
 
 PACK = ".mappa_out.tar"
 _WRAPPER = """\
@@ -73,7 +73,8 @@ class SandboxFusionSession(Session):
         try:
             reply = sb.post("/run_code", request, timeout + sb.request_grace_s)
         except (urllib.error.URLError, TimeoutError, OSError, ValueError) as e:
-            return self._failure(f"service unreachable or failed: {e}", time.monotonic() - start, before)
+            message = f"service unreachable or failed: {e}"
+            return ExecResult(ExecStatus.ERROR, None, "", "", time.monotonic() - start, backend=sb.name, error=message)
         duration = time.monotonic() - start
         run = reply.get("run_result") or {}
         stdout, stderr = _cap(run.get("stdout") or "", sb.limits), _cap(run.get("stderr") or "", sb.limits)
@@ -96,21 +97,7 @@ class SandboxFusionSession(Session):
             status, message = ExecStatus.OOM, "memory limit reached"
         else:
             status = ExecStatus.ERROR
-        return ExecResult(
-            status=status,
-            exit_code=exit_code,
-            stdout=stdout[0],
-            stderr=stderr[0],
-            duration_s=duration,
-            stdout_truncated=stdout[1],
-            stderr_truncated=stderr[1],
-            files_changed=diff_snapshots(before, snapshot(self.workspace)),
-            backend=sb.name,
-            error=message,
-        )
-
-    def _failure(self, message: str, duration: float, before) -> ExecResult:
-        return ExecResult(ExecStatus.ERROR, None, "", "", duration, backend=self.sandbox.name, error=message)
+        return self.result(status, exit_code, stdout, stderr, duration, before, sb.name, message)
 
     def _unpack(self, data: bytes) -> None:
         """Replace the workspace's content with the archive's, refusing anything unsafe."""

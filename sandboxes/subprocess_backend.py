@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, diff_snapshots, snapshot
+from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, snapshot
 from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block
 
 MODES = ("fresh", "warm")
@@ -128,18 +128,7 @@ class ProcessSession(Session):
             message = None
         duration = time.monotonic() - start
         status, msg = classify(exit_code, err[0], timed_out)
-        return ExecResult(
-            status=status,
-            exit_code=exit_code,
-            stdout=out[0],
-            stderr=err[0],
-            duration_s=duration,
-            stdout_truncated=out[1],
-            stderr_truncated=err[1],
-            files_changed=diff_snapshots(before, snapshot(self.workspace)),
-            backend=f"{sb.name}/{sb.mode}",
-            error=message or msg,
-        )
+        return self.result(status, exit_code, out, err, duration, before, f"{sb.name}/{sb.mode}", message or msg)
 
     def _run_fresh(self, script: Path, timeout: float):
         lim = self.sandbox.limits
