@@ -45,11 +45,14 @@ class AdvantageBatch:
     """[B] prompt-group id of each sample (GRPO)."""
 
 
-def _masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    n = mask.sum().clamp(min=1)
-    mean = (x * mask).sum() / n
-    var = (((x - mean) * mask) ** 2).sum() / n
-    return (x - mean) / (var.sqrt() + eps) * mask
+def _masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """``(x - mean) / (std + eps)`` over the masked entries, in float64: with (near) constant returns float32
+    rounding alone would leave a std of ~1e-8 that, divided into, turns into advantages of order 1."""
+    x64, m64 = x.double(), mask.double()
+    n = m64.sum().clamp(min=1)
+    mean = (x64 * m64).sum() / n
+    var = (((x64 - mean) * m64) ** 2).sum() / n
+    return ((x64 - mean) / (var.sqrt() + eps) * m64).to(x.dtype)
 
 
 def token_rewards(sample_rewards: torch.Tensor, batch: AdvantageBatch, beta: float) -> torch.Tensor:
@@ -74,14 +77,14 @@ def returns_to_go(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.flip(torch.cumsum(torch.flip(rewards * mask, [1]), 1), [1]) * mask
 
 
-def reinforce_pp(batch: AdvantageBatch, *, beta: float = 0.01, eps: float = 1e-8) -> torch.Tensor:
+def reinforce_pp(batch: AdvantageBatch, *, beta: float = 0.01, eps: float = 1e-6) -> torch.Tensor:
     """REINFORCE++ with the process (coach) reward. See the module docstring."""
     mask = batch.mask.to(torch.float32)
     returns = returns_to_go(token_rewards(batch.rewards, batch, beta), mask)
     return _masked_whiten(returns, mask, eps)
 
 
-def outcome(batch: AdvantageBatch, *, beta: float = 0.01, eps: float = 1e-8) -> torch.Tensor:
+def outcome(batch: AdvantageBatch, *, beta: float = 0.01, eps: float = 1e-6) -> torch.Tensor:
     """REINFORCE++ with the episode outcome as the only (terminal) reward."""
     mask = batch.mask.to(torch.float32)
     returns = returns_to_go(token_rewards(batch.outcomes, batch, beta), mask)

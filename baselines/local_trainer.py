@@ -16,57 +16,19 @@ Each role has its own weights, reference and optimiser (``share_model=True`` sha
 from __future__ import annotations
 
 import copy
-import json
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-import mappa_envs
-from mappa_envs.core import EpisodeRecord, write_jsonl
-
 from .advantages import AdvantageBatch, compute_advantages
+from .config import TrainConfig
+from .loop import TrainerBase
 from .policies import GenerationConfig, TransformersPolicy
-from .rollout import run_episodes
-from .samples import Sample, samples_from_episodes, token_logprobs, tokenize_samples
+from .samples import Sample, token_logprobs, tokenize_samples
 
-
-@dataclass
-class TrainConfig:
-    """Configuration of :class:`LocalTrainer` (every field has a default that runs on a CPU)."""
-
-    env_id: str = "mappa/MathChat-v0"
-    """Registered environment to train on."""
-    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "arith-train"})
-    """Arguments of the training environment."""
-    model: str = "smollm2-135m"
-    """Model of every role: 'smollm2-135m' (bundled), a folder, or an HF id on disk."""
-    estimator: str = "reinforce_pp"
-    """Advantage estimator: reinforce_pp | grpo | outcome."""
-    coach: str = "rule"
-    """Process-reward coach: 'rule' (RuleBasedCoach) or 'none' (outcome-only runs)."""
-    iterations: int = 2
-    prompts_per_iteration: int = 4
-    samples_per_prompt: int = 2
-    """Episodes per task per iteration (GRPO needs 2 or more)."""
-    lr: float = 1e-6
-    betas: tuple[float, float] = (0.9, 0.95)
-    beta_kl: float = 0.01
-    """Weight of the per-token KL penalty against the reference model."""
-    clip_eps: float = 0.2
-    grad_clip: float = 1.0
-    micro_batch: int = 4
-    """Sequences per forward/backward pass (gradients are accumulated over the role's batch)."""
-    max_prompt_tokens: int = 1024
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    share_model: bool = False
-    concurrency: int = 8
-    seed: int = 0
-    out_dir: str = "runs/train-local"
+__all__ = ["LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss"]
 
 
 def ppo_clip_loss(
@@ -152,18 +114,16 @@ class RoleLearner:
         return stats
 
 
-class LocalTrainer:
+class LocalTrainer(TrainerBase):
+    """Everything in this process: transformers generation, plain torch updates (see the module docstring)."""
+
     def __init__(self, cfg: TrainConfig):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from .models import resolve_model
 
-        self.cfg = cfg
+        super().__init__(cfg)
         torch.manual_seed(cfg.seed)
-        probe = mappa_envs.make(cfg.env_id, **cfg.env_kwargs)
-        self.roles = [r.name for r in probe.unwrapped.roles]
-        self.n_tasks = len(probe.unwrapped.tasks)
-        probe.close()
         path = resolve_model(cfg.model)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         shared = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32) if cfg.share_model else None
@@ -172,65 +132,34 @@ class LocalTrainer:
             model = shared if shared is not None else AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
             self.learners[role] = RoleLearner(model, self.tokenizer, cfg)
         gen = GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
-        self.policies = {
+        self._policies = {
             role: TransformersPolicy.from_model(lr.model, lr.tokenizer, gen, seed=cfg.seed)
             for role, lr in self.learners.items()
         }
-        self.out = Path(cfg.out_dir)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self._rng = np.random.default_rng(cfg.seed)
 
-    def _env_fn(self):
-        env = mappa_envs.make(self.cfg.env_id, **self.cfg.env_kwargs)
-        if self.cfg.coach == "rule":
-            from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
+    def policies(self) -> dict[str, TransformersPolicy]:
+        return self._policies
 
-            env = CoachRewardWrapper(env, RuleBasedCoach())
-        elif self.cfg.coach != "none":
-            raise ValueError(f"coach must be 'rule' or 'none', not {self.cfg.coach!r}")
-        return env
-
-    def rollout(self, iteration: int) -> list[EpisodeRecord]:
-        cfg = self.cfg
-        tasks = self._rng.choice(self.n_tasks, size=cfg.prompts_per_iteration, replace=False)
-        k = cfg.samples_per_prompt
-        return run_episodes(
-            self._env_fn,
-            self.policies,
-            cfg.prompts_per_iteration * k,
-            seed=cfg.seed + 10_000 * iteration,
-            concurrency=cfg.concurrency,
-            reset_options=lambda i: {"task_index": int(tasks[i // k])},
-        )
-
-    def train_iteration(self, iteration: int) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        gen_before = sum(p.generated_tokens for p in self.policies.values())
-        records = self.rollout(iteration)
-        gen_time = time.perf_counter() - t0
-        generated = sum(p.generated_tokens for p in self.policies.values()) - gen_before
-        write_jsonl(self.out / "trajectories.jsonl", records, append=True)
-        by_role = samples_from_episodes(records)
-        metrics: dict[str, Any] = {
-            "iteration": iteration,
-            "episodes": len(records),
-            "accuracy": float(np.mean([bool(r.outcome.get("correct")) for r in records])),
-            "gen_tok_s": generated / gen_time,
+    def eval_policies(self, temperature: float) -> dict[str, TransformersPolicy]:
+        gen = GenerationConfig(max_new_tokens=self.cfg.max_new_tokens, temperature=temperature)
+        return {
+            role: TransformersPolicy.from_model(lr.model, lr.tokenizer, gen, seed=self.cfg.seed)
+            for role, lr in self.learners.items()
         }
-        for role, samples in by_role.items():
-            stats = self.learners[role].update(samples)
-            tool = [c for r in records for a in r.actions if a.role == role for c in a.tool_calls]
-            metrics[role] = {
-                "mean_coach_score": float(np.mean([s.reward for s in samples]) * 10),
-                "tool_call_rate": len(tool) / len(samples),
-                "tool_success_rate": (sum(c.result.ok for c in tool) / len(tool)) if tool else 0.0,
-                "response_chars": float(np.mean([len(s.response) for s in samples])),
-                **stats,
-            }
-        with open(self.out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(metrics) + "\n")
-        return metrics
 
-    def train(self) -> list[dict[str, Any]]:
-        (self.out / "config.json").write_text(json.dumps(asdict(self.cfg), indent=2))
-        return [self.train_iteration(i) for i in range(self.cfg.iterations)]
+    def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
+        return {role: self.learners[role].update(samples) for role, samples in by_role.items()}
+
+    def save_state(self, path: Path) -> None:
+        # the policies generate with the learners' own modules: nothing to sync, the state is the learners'
+        for role, learner in self.learners.items():
+            torch.save(
+                {"model": learner.model.state_dict(), "optimizer": learner.optimizer.state_dict()},
+                path / f"{role}.pt",
+            )
+
+    def load_state(self, path: Path) -> None:
+        for role, learner in self.learners.items():
+            state = torch.load(path / f"{role}.pt", weights_only=True)
+            learner.model.load_state_dict(state["model"])
+            learner.optimizer.load_state_dict(state["optimizer"])

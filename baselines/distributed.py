@@ -1,0 +1,318 @@
+"""The pieces of the distributed trainer that run inside Ray actors: a vLLM engine per role and DeepSpeed ZeRO-3
+ranks per role, plus the driver-side :class:`VLLMPolicy` and the per-rank batch balancing.
+
+Nothing here imports Ray, vLLM or DeepSpeed at module level: the classes are plain Python classes that
+:mod:`baselines.ray_trainer` turns into actors with ``ray.remote``, and which a test can also build in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .config import TrainConfig
+from .samples import Sample, token_logprobs, tokenize_samples
+
+# ----------------------------------------------------------------------------------------------- batch balancing
+
+
+def balance(costs: Sequence[int], ranks: int) -> list[list[int]]:
+    """Split sample indices over ``ranks`` so their total costs (tokens) are as even as possible, dropping none.
+
+    Longest-processing-time-first: samples by decreasing cost, each to the rank with the least total so far (ties
+    to the lower rank). The result is a function of ``costs`` only; each rank's indices are in increasing order.
+    """
+    if ranks < 1:
+        raise ValueError(f"ranks must be >= 1, not {ranks}")
+    loads = [0] * ranks
+    shards: list[list[int]] = [[] for _ in range(ranks)]
+    for i in sorted(range(len(costs)), key=lambda j: (-costs[j], j)):
+        r = min(range(ranks), key=lambda k: (loads[k], k))
+        shards[r].append(i)
+        loads[r] += costs[i]
+    return [sorted(s) for s in shards]
+
+
+def micro_batches(n: int, size: int, count: int) -> list[slice]:
+    """``count`` slices over ``n`` items in chunks of ``size``; the ones past the end are empty. Every ZeRO-3 rank
+    must run the same number of forward passes (parameters are gathered collectively), so ranks with fewer
+    samples run empty micro-batches as dummy passes."""
+    return [slice(min(i * size, n), min((i + 1) * size, n)) for i in range(count)]
+
+
+# ----------------------------------------------------------------------------------------------- vLLM engine
+
+
+class VLLMEngine:
+    """One role's generation engine: a vLLM ``LLM`` in this process (V1 engine core in-process), whose weights
+    the role's trainer replaces after every update through ``collective_rpc("reload_weights")``."""
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        dtype: str = "float32",
+        device: str = "cpu",
+        seed: int = 0,
+        max_model_len: int = 2048,
+        kv_cache_gb: float = 1.0,
+        gpu_memory_utilization: float = 0.25,
+    ):
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the actor is the process; no engine-core child
+        if device == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gb))))
+        from vllm import LLM
+
+        kwargs: dict[str, Any] = {}
+        if device == "cuda":
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self.llm = LLM(
+            model=model_path,
+            dtype=dtype,
+            seed=seed,
+            max_model_len=max_model_len,
+            enforce_eager=device == "cpu",
+            enable_prefix_caching=True,  # every turn of an episode re-sends the team's context
+            **kwargs,
+        )
+        self.max_model_len = max_model_len
+        self.weight_version = 0
+
+    def ready(self) -> bool:
+        return True
+
+    def generate(
+        self, prompts: list[list[int]], *, max_tokens: int, temperature: float, top_p: float = 1.0
+    ) -> list[tuple[str, int]]:
+        """Replies (text, number of generated tokens) for token-id prompts, in order."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        return [(o.outputs[0].text, len(o.outputs[0].token_ids)) for o in outs]
+
+    def load_weights(self, weights: dict[str, Any]) -> float:
+        """Replace the model's weights (full, unsharded tensors by Hugging Face name); returns seconds taken."""
+        t0 = time.perf_counter()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(weights.items())})
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        self.weight_version += 1
+        return time.perf_counter() - t0
+
+    def prompt_logprobs(self, prompt: list[int]) -> list[float]:
+        """Log-probability of each token of ``prompt`` after the first under the engine's current weights."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
+        out = self.llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)[0]
+        return [out.prompt_logprobs[i][tok].logprob for i, tok in enumerate(prompt) if i > 0]
+
+
+class VLLMPolicy:
+    """A :class:`baselines.policies.Policy` backed by a (remote) :class:`VLLMEngine`: chat template and prompt
+    truncation here, generation in the engine. ``submit`` lets rollouts keep every role's engine busy at once."""
+
+    def __init__(
+        self,
+        engine: Any,
+        tokenizer: Any,
+        *,
+        max_prompt_tokens: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+    ):
+        self.engine, self.tokenizer = engine, tokenizer
+        self.max_prompt_tokens, self.max_new_tokens = max_prompt_tokens, max_new_tokens
+        self.temperature, self.top_p = temperature, top_p
+        self.generated_tokens = 0
+        self.truncated_prompts = 0
+
+    def encode(self, conversation) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(list(conversation), add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        ids = list(ids)
+        if len(ids) > self.max_prompt_tokens:  # keep the end: the latest instruction and tool feedback
+            self.truncated_prompts += 1
+            ids = ids[-self.max_prompt_tokens :]
+        return ids
+
+    def submit(self, batch):
+        import ray
+
+        prompts = [self.encode(c) for c in batch]
+        ref = self.engine.generate.remote(
+            prompts, max_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p
+        )
+
+        def result() -> list[str]:
+            replies = ray.get(ref)
+            self.generated_tokens += sum(n for _, n in replies)
+            return [text for text, _ in replies]
+
+        return result
+
+    def generate(self, batch) -> list[str]:
+        return self.submit(batch)()
+
+
+# ----------------------------------------------------------------------------------------------- DeepSpeed rank
+
+
+def deepspeed_config(cfg: TrainConfig, world_size: int, *, train: bool) -> dict[str, Any]:
+    """ZeRO-3 without offload; gradient accumulation is ours (``managed_gradient_accumulation: false``: every
+    ``step()`` is a boundary, so a role's batch may have any number of micro-batches)."""
+    bf16 = cfg.resolved_dtype() == "bfloat16"
+    conf: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": cfg.micro_batch * world_size,
+        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+        "bf16": {"enabled": bf16},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+    if train:
+        conf["gradient_clipping"] = cfg.grad_clip
+        conf["managed_gradient_accumulation"] = False
+    return conf
+
+
+class RoleWorker:
+    """One DeepSpeed ZeRO-3 rank of one role: the trained model, the frozen reference (also ZeRO-3 sharded) and
+    the optimiser state shard. Every method is collective: the driver calls it on all ranks of the role."""
+
+    def __init__(self, role: str, rank: int, world_size: int, master_port: int, model_path: str, cfg: TrainConfig):
+        import torch
+
+        self.role, self.rank, self.world_size, self.cfg = role, rank, world_size, cfg
+        device = cfg.resolved_device()
+        os.environ.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(master_port),
+            RANK=str(rank),
+            WORLD_SIZE=str(world_size),
+            LOCAL_RANK="0",  # Ray gives each actor its own visible device
+            LOCAL_WORLD_SIZE="1",
+        )
+        import deepspeed
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo", verbose=False)
+        self.device = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+        dtype = getattr(torch, cfg.resolved_dtype())
+        torch.manual_seed(cfg.seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas)
+        self.engine, *_ = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=deepspeed_config(cfg, world_size, train=True)
+        )
+        self.ref, *_ = deepspeed.initialize(model=ref, config=deepspeed_config(cfg, world_size, train=False))
+        self._torch = torch
+
+    def ready(self) -> bool:
+        return True
+
+    # --- batches
+    def _batch(self, samples: Sequence[Sample]):
+        if not samples:  # a dummy pass of one token pair: keeps the ranks' collective calls in step
+            eos = self.tokenizer.eos_token_id
+            torch = self._torch
+            from .samples import TokenBatch
+
+            return TokenBatch(torch.tensor([[eos, eos]]), torch.ones(1, 2, dtype=torch.long), torch.zeros(1, 1), 0, 0)
+        return tokenize_samples(samples, self.tokenizer, self.cfg.max_prompt_tokens, self.cfg.max_new_tokens + 1)
+
+    def _to_device(self, b):
+        b.input_ids = b.input_ids.to(self.device)
+        b.attention_mask = b.attention_mask.to(self.device)
+        b.response_mask = b.response_mask.to(self.device)
+        return b
+
+    def logprobs(self, samples: list[Sample], n_micro: int) -> list[tuple[Any, Any]]:
+        """Per sample: (log-probs of its response tokens under the current policy, under the reference)."""
+        torch = self._torch
+        out: list[tuple[Any, Any]] = []
+        self.engine.eval()
+        with torch.no_grad():
+            for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
+                b = self._to_device(self._batch(samples[sl]))
+                logp = token_logprobs(self.engine, b).float().cpu()
+                ref = token_logprobs(self.ref, b).float().cpu()
+                mask = b.response_mask.bool().cpu()
+                for i in range(len(samples[sl])):
+                    out.append((logp[i][mask[i]], ref[i][mask[i]]))
+        return out
+
+    def train_step(
+        self, samples: list[Sample], advantages: list[Any], old_logp: list[Any], total_tokens: int, n_micro: int
+    ) -> dict[str, float]:
+        """One optimiser step over this rank's samples; the loss is the PPO clipped surrogate summed over tokens and
+        divided by the role's token count over all ranks (times the world size: ZeRO averages gradients)."""
+        from .local_trainer import ppo_clip_loss
+
+        torch = self._torch
+        t0 = time.perf_counter()
+        self.engine.train()
+        stats = {"loss": 0.0, "clip_frac": 0.0}
+        scale = self.world_size / max(total_tokens, 1)
+        tokens = 0
+        for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
+            b = self._to_device(self._batch(samples[sl]))
+            logp = token_logprobs(self.engine, b)
+            if not samples[sl]:
+                self.engine.backward(logp.sum() * 0.0, scale_wrt_gas=False)
+                continue
+            adv = torch.zeros_like(logp)
+            old = torch.zeros_like(logp)
+            mask = b.response_mask.bool()
+            for i, j in enumerate(range(sl.start, sl.stop)):
+                adv[i][mask[i]] = advantages[j].to(adv)
+                old[i][mask[i]] = old_logp[j].to(old)
+            n = float(b.response_mask.sum())
+            loss, info = ppo_clip_loss(logp, old, adv, b.response_mask, self.cfg.clip_eps)
+            self.engine.backward(loss * n * scale, scale_wrt_gas=False)
+            stats["loss"] += float(loss.detach()) * n / max(total_tokens, 1)
+            stats["clip_frac"] += info["clip_frac"] * n / max(total_tokens, 1)
+            tokens += int(n)
+        self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        stats.update(
+            grad_norm=float(norm) if norm is not None else float("nan"),
+            rank_tokens=tokens,
+            rank_samples=len(samples),
+            seconds=time.perf_counter() - t0,
+        )
+        return stats
+
+    # --- weights and checkpoints
+    def full_state(self) -> dict[str, Any] | None:
+        """The whole model (gathered from the ZeRO-3 shards) on rank 0, by Hugging Face name; None elsewhere."""
+        import deepspeed
+
+        out: dict[str, Any] = {}
+        for name, p in self.engine.module.named_parameters():
+            with deepspeed.zero.GatheredParameters([p]):
+                if self.rank == 0:
+                    out[name] = p.data.detach().to("cpu", copy=True)
+        if self.rank != 0:
+            return None
+        if self.tied and "lm_head.weight" not in out:  # vLLM reloads the head by name, tied or not
+            out["lm_head.weight"] = out["model.embed_tokens.weight"]
+        return out
+
+    def save(self, path: str) -> None:
+        self.engine.save_checkpoint(path, tag=self.role, save_latest=False)
+
+    def load(self, path: str) -> None:
+        loaded, _ = self.engine.load_checkpoint(path, tag=self.role)
+        if loaded is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint for role {self.role!r} under {path}")

