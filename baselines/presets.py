@@ -12,9 +12,18 @@ from dataclasses import replace
 from .config import TrainConfig
 
 PRESETS: dict[str, TrainConfig] = {
-    # Two iterations, a handful of short episodes: proves the loop end to end in a minute or two.
+    # Two iterations of the distributed trainer on a tiny random model, a handful of short episodes: proves the
+    # whole stack (Ray, vLLM engines, DeepSpeed ZeRO-3, weight sync, checkpoints) end to end in a few minutes.
     "smoke": TrainConfig(
-        iterations=2, prompts_per_iteration=2, samples_per_prompt=2, max_new_tokens=32, lr=1e-5, out_dir="runs/smoke"
+        model="tiny-random",
+        iterations=2,
+        prompts_per_iteration=2,
+        samples_per_prompt=2,
+        max_new_tokens=32,
+        max_prompt_tokens=768,
+        lr=1e-4,
+        concurrency=4,
+        out_dir="runs/smoke",
     ),
     # The README's main job: the bundled SmolLM2-135M per role, REINFORCE++ with the rule-based coach, easy
     # arithmetic word problems, evaluated on held-out problems before and after (sized for 2 CPU cores).

@@ -121,81 +121,91 @@ def _transcript(rec) -> str:
     return "\n".join(lines)
 
 
-def _evaluate(policies, env_id: str, split: str, episodes: int, seed: int, concurrency: int):
-    from baselines import run_episodes
+def _trainer(cfg):
+    if cfg.trainer == "ray":
+        from baselines.ray_trainer import RayTrainer
 
-    from . import make
-    from .metrics import accuracy, role_stats
+        return RayTrainer(cfg)
+    if cfg.trainer == "local":
+        from baselines.local_trainer import LocalTrainer
 
-    records = run_episodes(
-        lambda: make(env_id, split=split),
-        policies,
-        episodes,
-        seed=seed,
-        concurrency=concurrency,
-        reset_options=lambda i: {"task_index": i},
+        return LocalTrainer(cfg)
+    raise ValueError(f"trainer must be 'ray' or 'local', not {cfg.trainer!r}")
+
+
+def _fmt_eval(e: dict) -> str:
+    from .metrics import wilson_interval
+
+    lo, hi = wilson_interval(e["correct"], e["episodes"])
+    return (
+        f"accuracy {e['accuracy']:.1%} [{lo:.0%}, {hi:.0%}] ({e['correct']}/{e['episodes']}), code-executor "
+        f"code rate {e['code_rate']:.1%}, tool success {e['tool_success_rate']:.1%}"
     )
-    k, n = accuracy(records)
-    stats = role_stats(records)
-    ce = stats.get("code_executor")
-    return {
-        "accuracy": k / n if n else 0.0,
-        "correct": k,
-        "episodes": n,
-        "code_rate": ce.code_rate if ce else 0.0,
-        "tool_success_rate": ce.tool_success_rate if ce else 0.0,
-    }
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from baselines.local_trainer import LocalTrainer
     from baselines.presets import preset
-
-    from .metrics import wilson_interval
 
     cfg = preset(
         args.preset,
+        trainer=args.trainer,
         iterations=args.iterations,
         model=args.model,
         estimator=args.estimator,
         coach=args.coach,
         out_dir=args.out,
         seed=args.seed,
+        world_size=args.world_size,
+        prompts_per_iteration=args.prompts_per_iteration,
+        samples_per_prompt=args.samples_per_prompt,
+        concurrency=args.concurrency,
+        eval_split=args.eval_split,
+        eval_episodes=args.eval_episodes,
+        resume=False if args.no_resume else None,
+        progress=False if args.no_progress else None,
     )
     print(json.dumps(dataclasses.asdict(cfg)), flush=True)
     t0 = time.monotonic()
-    trainer = LocalTrainer(cfg)
-    eval_split = args.eval_split
-    evals = {}
-    if args.eval_episodes:
-        evals["before"] = _evaluate(trainer.policies, cfg.env_id, eval_split, args.eval_episodes, 123, cfg.concurrency)
-        print(f"before training: {evals['before']}", flush=True)
-    for it in range(cfg.iterations):
-        m = trainer.train_iteration(it)
-        roles = {
-            r: {k: round(v, 3) for k, v in m[r].items() if k in ("mean_coach_score", "loss", "kl", "tool_success_rate")}
-            for r in trainer.roles
-            if r in m
-        }
-        print(
-            f"[iteration {it + 1}/{cfg.iterations}] train accuracy {m['accuracy']:.2f} {roles} "
-            f"({time.monotonic() - t0:.0f}s)",
-            flush=True,
-        )
-    if args.eval_episodes:
-        evals["after"] = _evaluate(trainer.policies, cfg.env_id, eval_split, args.eval_episodes, 123, cfg.concurrency)
-        print(f"after training: {evals['after']}")
-        b, a = evals["before"], evals["after"]
-        lo_b, hi_b = wilson_interval(b["correct"], b["episodes"])
-        lo_a, hi_a = wilson_interval(a["correct"], a["episodes"])
-        print(
-            f"held-out {eval_split} ({a['episodes']} problems): accuracy {b['accuracy']:.1%} [{lo_b:.0%}, {hi_b:.0%}]"
-            f" -> {a['accuracy']:.1%} [{lo_a:.0%}, {hi_a:.0%}]; code-executor tool success "
-            f"{b['tool_success_rate']:.1%} -> {a['tool_success_rate']:.1%}"
-        )
-        (Path(cfg.out_dir) / "eval.json").write_text(json.dumps(evals, indent=2))
+    trainer = _trainer(cfg)
+    print(f"[{cfg.trainer} trainer ready in {time.monotonic() - t0:.0f}s]", flush=True)
+    out = Path(cfg.out_dir)
+    eval_path = out / "eval.json"
+    evals = json.loads(eval_path.read_text()) if cfg.resume and eval_path.exists() else {}
+    try:
+        if cfg.eval_episodes and "before" not in evals:
+            evals["before"] = trainer.evaluate(cfg.eval_split, cfg.eval_episodes)
+            eval_path.write_text(json.dumps(evals, indent=2))
+        if "before" in evals:
+            print(f"before training, held-out {cfg.eval_split}: {_fmt_eval(evals['before'])}", flush=True)
+
+        def report(m: dict) -> None:
+            roles = {
+                r: {k: round(m[r][k], 3) for k in ("mean_coach_score", "tool_success_rate", "loss", "kl") if k in m[r]}
+                for r in trainer.roles
+                if r in m
+            }
+            print(
+                f"[iteration {m['iteration'] + 1}/{cfg.iterations}] train accuracy {m['accuracy']:.2f} "
+                f"(re-used {m['reused_episodes']} stored episodes) {roles} rollout {m['rollout_s']:.0f}s "
+                f"update {m['train_s']:.0f}s sync {m['sync_s']:.1f}s ({time.monotonic() - t0:.0f}s)",
+                flush=True,
+            )
+
+        trainer.train(on_iteration=report)
+        if cfg.eval_episodes:
+            evals["after"] = trainer.evaluate(cfg.eval_split, cfg.eval_episodes)
+            eval_path.write_text(json.dumps(evals, indent=2))
+            print(f"after training, held-out {cfg.eval_split}:  {_fmt_eval(evals['after'])}")
+            b, a = evals["before"], evals["after"]
+            print(
+                f"change on {a['episodes']} held-out problems: accuracy {a['accuracy'] - b['accuracy']:+.1%}, "
+                f"code rate {a['code_rate'] - b['code_rate']:+.1%}, tool success "
+                f"{a['tool_success_rate'] - b['tool_success_rate']:+.1%}"
+            )
+    finally:
+        trainer.close()
     print(f"done in {time.monotonic() - t0:.0f}s; logs in {cfg.out_dir}")
     return 0
 
@@ -225,16 +235,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("envs", help="list registered environments")
     p.set_defaults(func=cmd_envs)
 
-    p = sub.add_parser("train", help="train every role with REINFORCE++ / GRPO / outcome-only (single process)")
+    p = sub.add_parser("train", help="train every role with REINFORCE++ / GRPO / outcome-only")
     p.add_argument("--preset", default="demo", help="smoke | demo | paper-mathchat | paper-dsbench")
+    p.add_argument("--trainer", default=None, help="ray (vLLM + DeepSpeed ZeRO-3, default) | local (one process)")
     p.add_argument("--iterations", type=int, default=None)
-    p.add_argument("--model", default=None)
+    p.add_argument("--model", default=None, help="smollm2-135m | tiny-random | a model folder")
     p.add_argument("--estimator", default=None, help="reinforce_pp | grpo | outcome")
     p.add_argument("--coach", default=None, help="rule | none")
-    p.add_argument("--eval-split", default="arith-eval")
-    p.add_argument("--eval-episodes", type=int, default=0, help="held-out episodes before and after training")
+    p.add_argument("--world-size", type=int, default=None, help="DeepSpeed ranks per role (ray trainer)")
+    p.add_argument("--prompts-per-iteration", type=int, default=None)
+    p.add_argument("--samples-per-prompt", type=int, default=None)
+    p.add_argument("--concurrency", type=int, default=None, help="episodes stepped together")
+    p.add_argument("--eval-split", default=None)
+    p.add_argument("--eval-episodes", type=int, default=None, help="held-out episodes before and after training")
     p.add_argument("--out", default=None)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--no-resume", action="store_true", help="start afresh even if --out holds a checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("report", help="reports over trajectories")
