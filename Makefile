@@ -26,7 +26,7 @@ sandbox: setup
 	bash scripts/sandbox_setup.sh $(BIN)/python
 
 demo: setup
-	$(BIN)/mappa run --env mappa/MathChat-v0 --split arith-eval --episodes 8 --max-new-tokens 256
+	$(BIN)/mappa train --preset demo
 
 test: setup sandbox
 	$(BIN)/python -m pytest

@@ -58,6 +58,15 @@ class TrainConfig:
     """'ray' (Ray + vLLM engines + DeepSpeed ZeRO-3, the default) or 'local' (one process, transformers)."""
     world_size: int = 1
     """DeepSpeed data-parallel ranks per role (distributed trainer)."""
+    zero_stage: int = 3
+    """DeepSpeed ZeRO stage of the trainer ranks (3 shards parameters, gradients and optimiser state over the
+    ranks). With one rank per role ZeRO-3 only adds memory (its fp32 partitions and buckets: ~2 GB more per role
+    for a 135M model, measured): the CPU demo uses 0."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass: much less memory for long team contexts, ~same speed on CPU."""
+    parallel_updates: bool | None = None
+    """Update all roles at once (None: on GPU yes; on CPU no, where they would share the same cores and the peak
+    memory of three updates would add up)."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto' (cuda when available)."""
     dtype: str = "auto"

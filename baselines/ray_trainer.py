@@ -113,6 +113,7 @@ class RayTrainer(TrainerBase):
         )
         self._policies = {role: self._policy(self.engines[role], cfg.temperature) for role in self.roles}
         self.sync_seconds: list[float] = []
+        self._parallel_updates = cfg.parallel_updates if cfg.parallel_updates is not None else self.device == "cuda"
 
     def _policy(self, engine, temperature: float) -> VLLMPolicy:
         cfg = self.cfg
@@ -148,20 +149,22 @@ class RayTrainer(TrainerBase):
             shards = balance([self._cost(s) for s in samples], W)
             n_micro = max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards))
             plan[role] = (shards, n_micro)
-        # log-probs under policy and reference, every role at once
-        lp_refs = {
-            role: [
+        parallel = self._parallel_updates
+
+        def logprobs(role: str) -> list[Any]:
+            return [
                 w.logprobs.remote([by_role[role][i] for i in shard], plan[role][1])
                 for w, shard in zip(self.workers[role], plan[role][0], strict=True)
             ]
-            for role in by_role
-        }
+
+        # log-probs under policy and reference: every role at once, or (CPU) one role after the other
+        lp_refs = {role: logprobs(role) for role in by_role} if parallel else {}
         train_refs, meta = {}, {}
         for role, samples in by_role.items():
             shards, n_micro = plan[role]
             logp: list[Any] = [None] * len(samples)
             ref: list[Any] = [None] * len(samples)
-            for shard, rows in zip(shards, ray.get(lp_refs[role]), strict=True):
+            for shard, rows in zip(shards, ray.get(lp_refs[role] if parallel else logprobs(role)), strict=True):
                 for i, (lp, rf) in zip(shard, rows, strict=True):
                     logp[i], ref[i] = lp, rf
             adv = self._advantages(samples, logp, ref)
@@ -174,6 +177,8 @@ class RayTrainer(TrainerBase):
             ]
             kl = float(sum((a - b).sum() for a, b in zip(logp, ref, strict=True)) / max(total, 1))
             meta[role] = {"kl": kl, "tokens": total, "samples": len(samples)}
+            if not parallel:
+                ray.wait(train_refs[role], num_returns=len(train_refs[role]))  # its peak memory passes first
         out: dict[str, dict[str, float]] = {}
         for role, refs in train_refs.items():
             ranks = ray.get(refs)
