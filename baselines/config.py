@@ -20,7 +20,8 @@ class TrainConfig:
     estimator: str = "reinforce_pp"
     """Advantage estimator: reinforce_pp | grpo | outcome."""
     coach: str = "rule"
-    """Process-reward coach: 'rule' (RuleBasedCoach) or 'none' (outcome-only runs)."""
+    """Process-reward coach: 'rule' (RuleBasedCoach), 'none' (outcome-only runs), or 'package.module:factory' (a
+    callable returning a coach, e.g. an ``LLMCoach`` on your server)."""
     share_model: bool = False
     """One model for every role (single-process trainer only); the default gives each role its own weights."""
 
@@ -42,6 +43,10 @@ class TrainConfig:
     grad_clip: float = 1.0
     micro_batch: int = 4
     """Sequences per forward/backward pass (gradients are accumulated over the role's batch)."""
+    train_batch: int | None = None
+    """Samples per optimiser step (distributed trainer): a role's batch is split into shuffled mini-batches of
+    this size, one step each, against the log-probs of the policy that generated them. None: one step per
+    iteration."""
 
     # --- generation
     max_prompt_tokens: int = 1024

@@ -257,11 +257,13 @@ class RoleWorker:
         torch = self._torch
         out: list[tuple[Any, Any]] = []
         self.engine.eval()
+        # before the first update the policy *is* the reference: one forward pass instead of two
+        same = self.engine.global_steps == 0
         with torch.no_grad():
             for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
                 b = self._to_device(self._batch(samples[sl]))
                 logp = token_logprobs(self.engine, b).float().cpu()
-                ref = token_logprobs(self.ref, b).float().cpu()
+                ref = logp if same else token_logprobs(self.ref, b).float().cpu()
                 mask = b.response_mask.bool().cpu()
                 for i in range(len(samples[sl])):
                     out.append((logp[i][mask[i]], ref[i][mask[i]]))

@@ -123,6 +123,11 @@ class LocalTrainer(TrainerBase):
         from .models import resolve_model
 
         super().__init__(cfg)
+        if cfg.train_batch:
+            raise ValueError(
+                "train_batch (several optimiser steps per iteration) is a Ray-trainer option; the local "
+                "trainer takes one step per role and iteration"
+            )
         torch.manual_seed(cfg.seed)
         path = resolve_model(cfg.model)
         self.tokenizer = AutoTokenizer.from_pretrained(path)

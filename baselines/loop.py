@@ -19,6 +19,7 @@ back and only the missing ones are rolled out (episode ``i`` of an iteration alw
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -144,13 +145,16 @@ class TrainerBase:
     def env_fn(self, **overrides: Any):
         cfg = self.cfg
         env = mappa_envs.make(cfg.env_id, **{**cfg.env_kwargs, **overrides})
-        if cfg.coach == "rule":
-            from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
+        if cfg.coach == "none":
+            return env
+        from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
 
-            env = CoachRewardWrapper(env, RuleBasedCoach())
-        elif cfg.coach != "none":
-            raise ValueError(f"coach must be 'rule' or 'none', not {cfg.coach!r}")
-        return env
+        if cfg.coach == "rule":
+            return CoachRewardWrapper(env, RuleBasedCoach())
+        if ":" in cfg.coach:  # your own: "package.module:factory", called with no arguments
+            module, _, name = cfg.coach.partition(":")
+            return CoachRewardWrapper(env, getattr(importlib.import_module(module), name)())
+        raise ValueError(f"coach must be 'rule', 'none' or 'package.module:factory', not {cfg.coach!r}")
 
     def tasks_for(self, iteration: int) -> np.ndarray:
         """The task indices of an iteration: a function of (seed, iteration) only, so a resumed run draws the same."""

@@ -44,6 +44,15 @@ _ACTOR_ENV = {
 }
 
 
+def _mini_batches(n: int, size: int | None, seed: int) -> list[list[int]]:
+    """Sample indices in optimiser-step mini-batches of ``size`` (shuffled with ``seed``; the last may be smaller);
+    ``None`` or ``size >= n``: one step over everything."""
+    if not size or size >= n:
+        return [list(range(n))]
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return [sorted(order[i : i + size]) for i in range(0, n, size)]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,11 +78,17 @@ class RayTrainer(TrainerBase):
         env = dict(_ACTOR_ENV, DS_ACCELERATOR="cuda" if self.device == "cuda" else "cpu")
         if self.device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.engine_kv_cache_gb)))
+            # Ray pins OMP_NUM_THREADS=1 in actors that reserve no CPU, which halves every phase on a 2-core
+            # machine; the phases (generation, log-probs, updates) mostly run one process at a time: all cores
+            env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(os.cpu_count() or 1))
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if not ray.is_initialized():
             init: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": True}
             if "RAY_ADDRESS" not in os.environ:  # a local cluster of our own, capped
-                init.update(include_dashboard=False, object_store_memory=512 * 1024**2, num_cpus=os.cpu_count())
+                # the store carries each role's full weights to its engine at every sync: room for one 135M-parameter
+                # fp32 model (0.54 GB) plus slack; larger models spill to disk (slower syncs) unless given more
+                store = int(os.environ.get("MAPPA_RAY_OBJECT_STORE_BYTES", 1536 * 1024**2))
+                init.update(include_dashboard=False, object_store_memory=store, num_cpus=os.cpu_count())
             ray.init(**init)
         self._ray = ray
         n_actors = len(self.roles) * (1 + cfg.world_size)
@@ -113,6 +128,7 @@ class RayTrainer(TrainerBase):
         )
         self._policies = {role: self._policy(self.engines[role], cfg.temperature) for role in self.roles}
         self.sync_seconds: list[float] = []
+        self._stale: set[str] = set()  # roles whose engine lags its trainer (the engines start from the same weights)
         self._parallel_updates = cfg.parallel_updates if cfg.parallel_updates is not None else self.device == "cuda"
 
     def _policy(self, engine, temperature: float) -> VLLMPolicy:
@@ -144,11 +160,12 @@ class RayTrainer(TrainerBase):
     def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
         ray, cfg = self._ray, self.cfg
         W = cfg.world_size
-        plan: dict[str, tuple[list[list[int]], int]] = {}
+        plan: dict[str, tuple[list[list[int]], int, list[int]]] = {}
         for role, samples in by_role.items():
-            shards = balance([self._cost(s) for s in samples], W)
+            costs = [self._cost(s) for s in samples]
+            shards = balance(costs, W)
             n_micro = max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards))
-            plan[role] = (shards, n_micro)
+            plan[role] = (shards, n_micro, costs)
         parallel = self._parallel_updates
 
         def logprobs(role: str) -> list[Any]:
@@ -161,7 +178,7 @@ class RayTrainer(TrainerBase):
         lp_refs = {role: logprobs(role) for role in by_role} if parallel else {}
         train_refs, meta = {}, {}
         for role, samples in by_role.items():
-            shards, n_micro = plan[role]
+            shards, _, _ = plan[role]
             logp: list[Any] = [None] * len(samples)
             ref: list[Any] = [None] * len(samples)
             for shard, rows in zip(shards, ray.get(lp_refs[role] if parallel else logprobs(role)), strict=True):
@@ -169,27 +186,66 @@ class RayTrainer(TrainerBase):
                     logp[i], ref[i] = lp, rf
             adv = self._advantages(samples, logp, ref)
             total = sum(len(x) for x in logp)
-            train_refs[role] = [
-                w.train_step.remote(
-                    [samples[i] for i in shard], [adv[i] for i in shard], [logp[i] for i in shard], total, n_micro
-                )
-                for w, shard in zip(self.workers[role], shards, strict=True)
-            ]
+            if max(float(a.abs().max()) for a in adv) < 1e-8:
+                # every advantage is 0 (equal rewards, no KL yet): the gradient is exactly 0, skip the passes
+                train_refs[role] = []
+            else:
+                # one optimiser step per mini-batch of `train_batch` samples (default: the whole batch), each
+                # balanced over the ranks; an actor runs its calls in order, so they queue up correctly
+                costs = plan[role][2]
+                train_refs[role] = []
+                for idx in _mini_batches(len(samples), cfg.train_batch, cfg.seed):
+                    sub = balance([costs[i] for i in idx], W)
+                    shards_g = [[idx[j] for j in sh] for sh in sub]
+                    n_mb = max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards_g))
+                    step_tokens = sum(len(logp[i]) for i in idx)
+                    train_refs[role].append(
+                        [
+                            w.train_step.remote(
+                                [samples[i] for i in shard],
+                                [adv[i] for i in shard],
+                                [logp[i] for i in shard],
+                                step_tokens,
+                                n_mb,
+                            )
+                            for w, shard in zip(self.workers[role], shards_g, strict=True)
+                        ]
+                    )
             kl = float(sum((a - b).sum() for a, b in zip(logp, ref, strict=True)) / max(total, 1))
             meta[role] = {"kl": kl, "tokens": total, "samples": len(samples)}
-            if not parallel:
-                ray.wait(train_refs[role], num_returns=len(train_refs[role]))  # its peak memory passes first
+            pending = [r for step in train_refs[role] for r in step]
+            if not parallel and pending:
+                ray.wait(pending, num_returns=len(pending))  # its peak memory passes before the next role starts
         out: dict[str, dict[str, float]] = {}
         for role, refs in train_refs.items():
-            ranks = ray.get(refs)
-            secs = max(r["seconds"] for r in ranks)
+            if not refs:
+                out[role] = {
+                    "skipped": 1,
+                    "loss": 0.0,
+                    "clip_frac": 0.0,
+                    "grad_norm": 0.0,
+                    "train_tok_s": 0.0,
+                    **meta[role],
+                }
+                continue
+            steps = [ray.get(step) for step in refs]  # per step, per rank
+            self._stale.add(role)
+            secs = sum(max(r["seconds"] for r in ranks) for ranks in steps)
+            n = meta[role]["tokens"]
             out[role] = {
-                "loss": sum(r["loss"] for r in ranks),
-                "clip_frac": sum(r["clip_frac"] for r in ranks),
-                "grad_norm": ranks[0]["grad_norm"],
-                "rank_tokens_max": max(r["rank_tokens"] for r in ranks),
-                "rank_tokens_min": min(r["rank_tokens"] for r in ranks),
-                "train_tok_s": meta[role]["tokens"] / secs if secs else 0.0,
+                # token-weighted means over the steps (each rank's figures are already over its step's tokens)
+                "loss": sum(sum(r["loss"] for r in ranks) * sum(r["rank_tokens"] for r in ranks) for ranks in steps)
+                / max(n, 1),
+                "clip_frac": sum(
+                    sum(r["clip_frac"] for r in ranks) * sum(r["rank_tokens"] for r in ranks) for ranks in steps
+                )
+                / max(n, 1),
+                "grad_norm": float(sum(ranks[0]["grad_norm"] for ranks in steps) / len(steps)),
+                "optimizer_steps": len(steps),
+                "rank_tokens_max": max(sum(ranks[k]["rank_tokens"] for ranks in steps) for k in range(W)),
+                "rank_tokens_min": min(sum(ranks[k]["rank_tokens"] for ranks in steps) for k in range(W)),
+                "train_tok_s": n / secs if secs else 0.0,
+                "skipped": 0,
                 **meta[role],
             }
         return out
@@ -221,15 +277,16 @@ class RayTrainer(TrainerBase):
 
     # ------------------------------------------------------------------ weights
     def sync(self) -> float:
-        """Trainer -> engine weights for every role; returns wall seconds."""
+        """Trainer -> engine weights for every role updated since the last sync; returns wall seconds."""
         ray = self._ray
         t0 = time.perf_counter()
         loads = []
-        for role in self.roles:
+        for role in sorted(self._stale):
             states = [w.full_state.remote() for w in self.workers[role]]
             loads.append(self.engines[role].load_weights.remote(states[0]))  # rank 0's ref: no copy via driver
             loads.extend(states[1:])
         ray.get(loads)
+        self._stale.clear()
         seconds = time.perf_counter() - t0
         self.sync_seconds.append(seconds)
         return seconds
@@ -239,6 +296,7 @@ class RayTrainer(TrainerBase):
 
     def load_state(self, path: Path) -> None:
         self._ray.get([w.load.remote(str(path)) for ws in self.workers.values() for w in ws])
+        self._stale.update(self.roles)
 
     def close(self) -> None:
         super().close()

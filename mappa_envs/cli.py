@@ -161,6 +161,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         prompts_per_iteration=args.prompts_per_iteration,
         samples_per_prompt=args.samples_per_prompt,
         concurrency=args.concurrency,
+        train_batch=args.train_batch,
         eval_split=args.eval_split,
         eval_episodes=args.eval_episodes,
         resume=False if args.no_resume else None,
@@ -241,11 +242,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=None)
     p.add_argument("--model", default=None, help="smollm2-135m | tiny-random | a model folder")
     p.add_argument("--estimator", default=None, help="reinforce_pp | grpo | outcome")
-    p.add_argument("--coach", default=None, help="rule | none")
+    p.add_argument("--coach", default=None, help="rule | none | package.module:factory")
     p.add_argument("--world-size", type=int, default=None, help="DeepSpeed ranks per role (ray trainer)")
     p.add_argument("--prompts-per-iteration", type=int, default=None)
     p.add_argument("--samples-per-prompt", type=int, default=None)
     p.add_argument("--concurrency", type=int, default=None, help="episodes stepped together")
+    p.add_argument("--train-batch", type=int, default=None, help="samples per optimiser step (ray trainer)")
     p.add_argument("--eval-split", default=None)
     p.add_argument("--eval-episodes", type=int, default=None, help="held-out episodes before and after training")
     p.add_argument("--out", default=None)

@@ -21,6 +21,7 @@ if missing:
 
 ROOT = Path(__file__).resolve().parents[1]
 MAPPA = [sys.executable, "-m", "mappa_envs.cli"]
+COACH = "tests.coaches:LengthCoach"  # scores that differ between a random model's actions: every role learns
 
 
 def test_balance_spreads_tokens_and_drops_nothing():
@@ -38,14 +39,15 @@ def test_balance_spreads_tokens_and_drops_nothing():
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """The smoke preset run in this process, with the engines probed before and after."""
+    """The smoke preset run in this process (with a coach whose scores vary), the engines probed before and
+    after."""
     import ray
 
     from baselines.presets import preset
     from baselines.ray_trainer import RayTrainer
 
     out = tmp_path_factory.mktemp("smoke")
-    cfg = preset("smoke", out_dir=str(out), progress=False)
+    cfg = preset("smoke", out_dir=str(out), progress=False, coach=COACH)
     trainer = RayTrainer(cfg)
     probe = trainer.tokenizer("Ann has 3 apples and buys 4 more. How many apples does she have?")["input_ids"]
     before = {r: ray.get(e.prompt_logprobs.remote(probe)) for r, e in trainer.engines.items()}
@@ -73,8 +75,7 @@ def test_smoke_runs_two_iterations_for_every_role(trained):
         assert m["episodes"] == 4 and m["reused_episodes"] == 0
         for role in trainer.roles:
             assert m[role]["samples"] >= 4 and m[role]["tokens"] > 0, (role, m[role])
-            # grad_norm is 0 for a role whose rewards were all equal (no advantage) and KL still 0
-            assert m[role]["train_tok_s"] > 0 and m[role]["grad_norm"] >= 0
+            assert m[role]["skipped"] == 0 and m[role]["train_tok_s"] > 0 and m[role]["grad_norm"] > 0
     out = trained["out"]
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
     assert (out / "checkpoints" / "latest").read_text() == "iter-00001"
@@ -92,7 +93,6 @@ def test_engine_outputs_change_after_sync_and_match_the_trainer_weights(trained)
     probe = torch.tensor([trained["probe"]])
     path = resolve_model(trained["cfg"].model)
     initial = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
-    moved = []
     for role, state in trained["states"].items():
         before, after = torch.tensor(trained["before"][role]), torch.tensor(trained["after"][role])
         # the engine's log-probs are those of a transformers model holding the trainer's gathered weights
@@ -102,11 +102,9 @@ def test_engine_outputs_change_after_sync_and_match_the_trainer_weights(trained)
             lp = torch.log_softmax(model(probe).logits[0, :-1].float(), -1)
         trainer_lp = lp.gather(1, probe[0, 1:, None]).squeeze(1)
         assert torch.allclose(after, trainer_lp, atol=2e-3), (role, (after - trainer_lp).abs().max())
-        # a role whose weights moved (a role with all-equal rewards may not have) moved in the engine too
-        if max(float((state[k] - initial[k]).abs().max()) for k in initial) > 1e-5:
-            moved.append(role)
-            assert (before - after).abs().max() > 1e-3, f"{role}: the engine still has the initial weights"
-    assert len(moved) >= 2, f"too few roles learned anything: {moved}"
+        # the trainer's weights moved, and so did the engine's outputs
+        assert max(float((state[k] - initial[k]).abs().max()) for k in initial) > 1e-5, role
+        assert (before - after).abs().max() > 1e-3, f"{role}: the engine still has the initial weights"
 
 
 def test_roles_have_their_own_weights(trained):
@@ -187,6 +185,8 @@ def test_sigkill_mid_run_then_resume_loses_no_rollout(tmp_path):
     # both ranks got work: the balanced shards drop nothing
     for role in ("problem_solver", "code_executor", "verifier"):
         assert metrics[2][role]["rank_tokens_min"] > 0
+        # 12+ samples a role in mini-batches of 8: two optimiser steps per iteration
+        assert metrics[2][role]["optimizer_steps"] == -(-metrics[2][role]["samples"] // 8) >= 2
     assert (out / "checkpoints" / "latest").read_text() == "iter-00002"
 
 
