@@ -139,6 +139,10 @@ def test_sigkill_mid_run_then_resume_loses_no_rollout(tmp_path):
     stored; the re-run resumes after iteration 1's checkpoint and re-uses every stored episode verbatim."""
     out = tmp_path / "run"
     args = [
+        "--coach",
+        COACH,
+        "--train-batch",
+        "8",
         "--iterations",
         "3",
         "--prompts-per-iteration",
