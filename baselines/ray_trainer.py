@@ -115,8 +115,9 @@ class RayTrainer(TrainerBase):
                 kv_cache_gb=cfg.engine_kv_cache_gb,
                 gpu_memory_utilization=cfg.gpu_memory_utilization,
             )
-            if self.device == "cuda":  # vLLM profiles free memory at start-up: one engine at a time
+            if self.device == "cuda":  # vLLM profiles free memory at start-up: one engine at a time, no trainer yet
                 ray.get(self.engines[role].ready.remote())
+        for role in self.roles:
             port = _free_port()
             self.workers[role] = [
                 Worker.options(**opts).remote(role, rank, cfg.world_size, port, path, cfg)

@@ -123,6 +123,6 @@ def token_logprobs(model: Any, batch: TokenBatch) -> Any:
     logits = logits[:, :-1].float()
     targets = batch.input_ids[:, first + 1 :]
     picked = torch.gather(logits, 2, targets[:, :, None]).squeeze(2) - torch.logsumexp(logits, dim=-1)
-    out = torch.zeros(batch.input_ids.shape[0], width - 1, dtype=picked.dtype)
+    out = torch.zeros(batch.input_ids.shape[0], width - 1, dtype=picked.dtype, device=picked.device)
     out[:, first:] = picked
     return out
