@@ -13,9 +13,11 @@ from .config import TrainConfig
 
 PRESETS: dict[str, TrainConfig] = {
     # Two iterations of the distributed trainer on a tiny random model, a handful of short episodes: proves the
-    # whole stack (Ray, vLLM engines, DeepSpeed ZeRO-3, weight sync, checkpoints) end to end in a few minutes.
+    # whole stack (Ray, vLLM engines, DeepSpeed ZeRO-3, weight sync, checkpoints) end to end in a few minutes. The
+    # length coach gives the random model's actions varying scores, so every role really updates.
     "smoke": TrainConfig(
         model="tiny-random",
+        coach="mappa_envs.coach:LengthCoach",
         iterations=2,
         prompts_per_iteration=2,
         samples_per_prompt=2,

@@ -21,7 +21,7 @@ if missing:
 
 ROOT = Path(__file__).resolve().parents[1]
 MAPPA = [sys.executable, "-m", "mappa_envs.cli"]
-COACH = "tests.coaches:LengthCoach"  # scores that differ between a random model's actions: every role learns
+COACH = "mappa_envs.coach:LengthCoach"  # scores that differ between a random model's actions: every role learns
 
 
 def test_balance_spreads_tokens_and_drops_nothing():

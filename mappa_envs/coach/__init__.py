@@ -3,6 +3,7 @@
 from .coaches import (
     CoachCache,
     EnsembleCoach,
+    LengthCoach,
     LLMCoach,
     OpenAIChatBackend,
     RuleBasedCoach,
@@ -20,6 +21,7 @@ __all__ = [
     "EnsembleCoach",
     "FileInfo",
     "LLMCoach",
+    "LengthCoach",
     "MixedRewardWrapper",
     "OpenAIChatBackend",
     "OutcomeRewardWrapper",

@@ -368,3 +368,17 @@ class EnsembleCoach:
             answer_correct=(sum(answers) * 2 > len(answers)) if answers else None,
             members=[e.to_dict() for e in evs],
         )
+
+
+class LengthCoach:
+    """Scores an action by its length in characters, modulo 11: a plumbing coach for smoke runs, not a judge.
+
+    A random model's gibberish gets the same rule-based score on every action, so no role would have an advantage
+    to learn from (and a role whose advantages are all 0 is not updated); these arbitrary but varying scores make
+    every role of a smoke run update, sync and checkpoint for real (``mappa train --preset smoke``).
+    """
+
+    def evaluate(self, inp: CoachInput) -> CoachEvaluation:
+        return CoachEvaluation(
+            score=float(len(inp.output) % 11), reasoning="length modulo 11", backend="length", parse="rule"
+        )
