@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .config import TrainConfig
-from .samples import Sample, token_logprobs, tokenize_samples
+from .samples import Sample, prompt_ids, token_logprobs, tokenize_samples
 
 # ----------------------------------------------------------------------------------------------- batch balancing
 
@@ -131,10 +131,7 @@ class VLLMPolicy:
         self.truncated_prompts = 0
 
     def encode(self, conversation) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(list(conversation), add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        ids = list(ids)
+        ids = prompt_ids(self.tokenizer, conversation)
         if len(ids) > self.max_prompt_tokens:  # keep the end: the latest instruction and tool feedback
             self.truncated_prompts += 1
             ids = ids[-self.max_prompt_tokens :]

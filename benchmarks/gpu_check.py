@@ -27,30 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def small_model(path: Path) -> str:
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from baselines.models import random_llama
 
-    from baselines.models import bundled_model_dir
-
-    tok = AutoTokenizer.from_pretrained(bundled_model_dir())
-    cfg = LlamaConfig(
-        vocab_size=len(tok),
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=12,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        head_dim=64,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    sizes = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=12, num_attention_heads=9)
+    return str(random_llama(path, dtype="bfloat16", num_key_value_heads=3, **sizes))
 
 
 def main() -> int:
