@@ -16,5 +16,10 @@ register(
     "mappa_envs.tasks.mathchat:MathChatEnv",
     description="problem solver -> code executor -> verifier on AIME/AMC (MAPPA MathChat)",
 )
+register(
+    "mappa/DSBench-v0",
+    "mappa_envs.tasks.dsbench:DSBenchEnv",
+    description="data engineer -> modeler -> analyst on Kaggle-style modeling (DSBench-lite or DSBench data)",
+)
 
 __all__ = ["EnvSpec", "__version__", "list_envs", "make", "register", "registry", "spec"]

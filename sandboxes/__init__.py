@@ -33,7 +33,42 @@ def _sandboxfusion(**kwargs: Any) -> Sandbox:
     return SandboxFusionSandbox(**kwargs)
 
 
+def auto_backend(**kwargs: Any) -> Sandbox:
+    """The most isolating backend that works here: Docker where an engine answers and the sandbox image exists,
+    else bubblewrap, else the (not isolating) subprocess backend, with a warning that says why.
+
+    ``limits`` (and ``mode``, ``preload``) are passed to whichever backend is chosen; the other keyword
+    arguments only to Docker.
+    """
+    import warnings
+
+    common = {k: v for k, v in kwargs.items() if k in ("limits", "mode", "preload")}
+    reasons = []
+    try:
+        from .docker_backend import engine_available
+        from .image import DEFAULT_IMAGE, image_exists
+
+        if not engine_available():
+            reasons.append("docker: no engine answers")
+        elif not image_exists(kwargs.get("image", DEFAULT_IMAGE)):
+            reasons.append("docker: the sandbox image is not built (python -m sandboxes build)")
+        else:
+            return _docker(**kwargs)
+    except Exception as e:  # the docker SDK is not installed
+        reasons.append(f"docker: {type(e).__name__}: {e}")
+    try:
+        return _bubblewrap(**common)
+    except Exception as e:
+        reasons.append(f"bubblewrap: {type(e).__name__}: {e}")
+    warnings.warn(
+        "no isolating sandbox is available (" + "; ".join(reasons) + "): agent code runs in plain subprocesses",
+        stacklevel=2,
+    )
+    return SubprocessSandbox(**common)
+
+
 _BACKENDS: dict[str, Callable[..., Sandbox]] = {
+    "auto": auto_backend,
     "sandboxfusion": _sandboxfusion,
     "subprocess": SubprocessSandbox,
     "docker": _docker,
@@ -71,6 +106,7 @@ __all__ = [
     "Sandbox",
     "Session",
     "SubprocessSandbox",
+    "auto_backend",
     "available_backends",
     "make_sandbox",
     "register_backend",
