@@ -74,7 +74,12 @@ class RuleBasedCoach:
     Consistency (answer-giving roles): a ``\\boxed{}`` answer equal to the last number an earlier agent's code
     printed +2, different -1.
     Correctness (final agent, ground truth given): correct +4, wrong -3.
-    Missing artifacts (``expected_files`` per role): each missing file the role should have written -3.
+    Missing artifacts (``expected_files`` per role, default the task's contract ``CoachInput.artifacts``): each
+    file the role should have written and has not -3, unless an earlier role's artifact is missing (then the role
+    was blocked: +0, and +2 if its reply names the missing file or says it is missing).
+    Outcome (final agent, when the env scored a submission instead of giving a ground truth): a valid submission
+    +2, +1 more if it beats the trivial baseline; an invalid one -3, or +0 when an earlier role's artifact is
+    missing.
     """
 
     expected_files: dict[str, tuple[str, ...]] | None = None
@@ -95,6 +100,9 @@ class RuleBasedCoach:
         if not out:
             adjust(-5, "empty reply")
         fb = inp.tool_feedback
+        expected = self.expected_files if self.expected_files is not None else dict(inp.artifacts)
+        present = {f.path for f in inp.files}
+        owed = [p for r in inp.earlier_roles for p in expected.get(r, ()) if p not in present]
         if inp.role in self.tool_roles:
             if not fb and inp.turn > 1:
                 notes.append("+0 concludes without code after its earlier turn")
@@ -107,20 +115,32 @@ class RuleBasedCoach:
             elif "Execution status: timeout" in fb or "Execution status: oom" in fb:
                 adjust(-4, "code timed out or ran out of memory")
             elif "FileNotFoundError" in fb or "No such file" in fb:
-                present = {f.path for f in inp.files}
-                owed = [
-                    p for r in inp.earlier_roles for p in (self.expected_files or {}).get(r, ()) if p not in present
-                ]
                 if owed:
                     notes.append(f"+0 missing input {owed}: blamed on the agent that should have written it")
                 else:
                     adjust(-3, "code raised an error")
             else:
                 adjust(-3, "code raised an error")
-            for path in (self.expected_files or {}).get(inp.role, ()):
-                if not any(f.path == path and f.written_by == inp.agent for f in inp.files):
+            for path in expected.get(inp.role, ()):
+                if any(f.path == path and f.written_by == inp.agent for f in inp.files):
+                    continue
+                if owed:
+                    notes.append(f"+0 did not write {path}: blocked by the missing upstream {owed}")
+                else:
                     adjust(-3, f"did not write {path}")
-        if inp.role in self.answer_roles or inp.is_final:
+            prose = re.sub(r"```.*?(?:```|$)", "", out, flags=re.DOTALL).lower()  # what it says, not its code
+            if owed and (any(p.lower() in prose for p in owed) or "missing" in prose):
+                adjust(+2, f"reports the missing upstream input {owed}")
+        if inp.outcome is not None and "valid" in inp.outcome:
+            if inp.outcome["valid"]:
+                adjust(+2, "valid submission")
+                if inp.outcome.get("beats_baseline"):
+                    adjust(+1, "beats the trivial baseline")
+            elif owed:
+                notes.append(f"+0 no valid submission: blocked by the missing upstream {owed}")
+            else:
+                adjust(-3, f"no valid submission ({inp.outcome.get('reason', '')})")
+        if inp.role in self.answer_roles or (inp.is_final and inp.ground_truth is not None):
             answer = extract_answer(out)
             if answer is None:
                 adjust(-2, "no \\boxed{} answer")

@@ -63,6 +63,12 @@ class CoachInput:
     """Roles that acted before this agent in the pipeline."""
     upstream_stdout: tuple[str, ...] = ()
     """What earlier agents' code printed when it ran OK (for consistency checks of an answer)."""
+    artifacts: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """The task's hand-over contract: (role, files the role must write), e.g. DSBench's data engineer writes
+    ``X_train.pkl``, ``y_train.pkl``, ``X_test.pkl``."""
+    outcome: dict[str, Any] | None = None
+    """The host's scoring of the episode (final agent's last action only), e.g. DSBench's submission validity,
+    metric and quality. Shown to the coach when the task has no single ground-truth answer."""
 
     def key(self) -> str:
         """Cache key: a hash of the whole input."""
@@ -162,6 +168,9 @@ class Templates:
         gt = ""
         if inp.ground_truth is not None:
             gt = (self.read("ground_truth.txt") or "").format(ground_truth=inp.ground_truth)
+        elif inp.outcome is not None:
+            summary = inp.outcome.get("summary") or ", ".join(f"{k}={v}" for k, v in inp.outcome.items())
+            gt = (self.read("outcome.txt") or "").format(outcome=summary)
         files = "\n".join(f"- {f.path} ({f.size} bytes, written by {f.written_by or 'the task'})" for f in inp.files)
         text = user.format(
             task=truncate_middle(inp.task, max_chars),
@@ -190,10 +199,12 @@ def inputs_for_episode(
     template: str,
     final_agent: str,
     is_final: bool,
+    artifacts: dict[str, tuple[str, ...]] | None = None,
 ) -> CoachInput:
     """Build the coach input of ``action`` from the episode so far (what the coach may know at that point)."""
     earlier = record.actions[: action.index]
-    written: dict[str, str] = {}
+    written: dict[str, str | None] = {p: None for p in record.metadata.get("workspace_files", {})}
+    sizes: dict[str, int] = dict(record.metadata.get("workspace_files", {}))
     for act in [*earlier, action]:
         for call in act.tool_calls:
             for change in call.result.files_changed:
@@ -201,7 +212,6 @@ def inputs_for_episode(
                     written.pop(change.path, None)
                 else:
                     written[change.path] = act.agent
-    sizes: dict[str, int] = {}
     for act in [*earlier, action]:
         for call in act.tool_calls:
             for change in call.result.files_changed:
@@ -215,9 +225,12 @@ def inputs_for_episode(
     )
     feedback = "\n\n".join(c.feedback for c in action.tool_calls)
     agent_input = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in action.messages[1:])
-    gt = None
-    if is_final and action.agent == final_agent and record.ground_truth is not None:
-        gt = str(record.ground_truth)
+    gt, outcome = None, None
+    if is_final and action.agent == final_agent:
+        if record.ground_truth is not None:
+            gt = str(record.ground_truth)
+        elif record.outcome:
+            outcome = dict(record.outcome)
     return CoachInput(
         env_id=record.env_id,
         task_id=record.task_id,
@@ -238,4 +251,6 @@ def inputs_for_episode(
         upstream_stdout=tuple(
             c.result.stdout for a in earlier for c in a.tool_calls if c.result.ok and a.agent != action.agent
         ),
+        artifacts=tuple((role, tuple(files)) for role, files in (artifacts or {}).items()),
+        outcome=outcome,
     )

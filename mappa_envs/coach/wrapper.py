@@ -139,6 +139,7 @@ class CoachRewardWrapper(_RewardWrapper):
             template=template,
             final_agent=env.roles[-1].agent,
             is_final=finished,
+            artifacts=getattr(env, "artifacts", None),
         )
         if self.blocking:
             ev = self.coach.evaluate(inp)

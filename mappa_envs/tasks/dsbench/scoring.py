@@ -201,11 +201,11 @@ def score_bytes(task: DSTask, data: bytes) -> Score:
 def score_workspace(task: DSTask, session: Any) -> Score:
     """Score the ``submission.csv`` of a sandbox session's workspace (read safely, never executed)."""
     ans = answers(task)
+    link = session.workspace / SUBMISSION
+    if link.is_symlink():
+        return Score(False, f"{SUBMISSION} is a symbolic link; it is not followed", task.metric, baseline=ans.baseline)
     files = session.files()
     if SUBMISSION not in files:
-        link = session.workspace / SUBMISSION
-        if link.is_symlink():
-            return Score(False, f"{SUBMISSION} is a symbolic link; it is not read", task.metric, baseline=ans.baseline)
         if link.exists():
             return Score(False, f"{SUBMISSION} is not a regular file", task.metric, baseline=ans.baseline)
         return Score(False, f"no {SUBMISSION} in the workspace", task.metric, baseline=ans.baseline)
