@@ -202,7 +202,10 @@ class TrainerBase:
         k, n = accuracy(records)
         stats = role_stats(records)
         ce = stats.get("code_executor")
+        quality = [float(r.outcome["quality"]) for r in records if "quality" in r.outcome]
+        extra = {"mean_quality": sum(quality) / len(quality)} if quality else {}
         return {
+            **extra,
             "split": split,
             "accuracy": k / n if n else 0.0,
             "correct": k,

@@ -63,7 +63,8 @@ PRESETS: dict[str, TrainConfig] = {
     ),
     "paper-dsbench": TrainConfig(
         env_id="mappa/DSBench-v0",
-        env_kwargs={"suite": "lite"},
+        env_kwargs={"suite": "lite", "split": "train"},
+        eval_split="eval",
         iterations=100,
         prompts_per_iteration=16,
         samples_per_prompt=2,

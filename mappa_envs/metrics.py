@@ -59,8 +59,14 @@ def role_stats(records: Sequence[EpisodeRecord]) -> dict[str, RoleStats]:
     return stats
 
 
-def accuracy(records: Sequence[EpisodeRecord], key: str = "correct") -> tuple[int, int]:
-    """(successes, episodes with the outcome ``key``)."""
+def outcome_key(records: Sequence[EpisodeRecord]) -> str:
+    """The outcome that says an episode succeeded: ``correct`` (MathChat) or ``success`` (DSBench)."""
+    return "correct" if any("correct" in r.outcome for r in records) or not records else "success"
+
+
+def accuracy(records: Sequence[EpisodeRecord], key: str | None = None) -> tuple[int, int]:
+    """(successes, episodes with the outcome ``key``; default :func:`outcome_key`)."""
+    key = key or outcome_key(records)
     graded = [r for r in records if key in r.outcome]
     return sum(bool(r.outcome[key]) for r in graded), len(graded)
 
@@ -73,7 +79,11 @@ def summary_table(records: Sequence[EpisodeRecord]) -> str:
         lines.append(f"{s.role:<16}{s.actions:>8}{s.code_rate:>8.0%}{tool:>9}{s.mean_chars:>8.0f}{s.issues:>8}")
     k, n = accuracy(records)
     lo, hi = wilson_interval(k, n)
-    lines.append(f"accuracy: {k}/{n} = {k / n if n else 0:.1%} (95% CI {lo:.1%}-{hi:.1%})")
+    name = "accuracy" if outcome_key(records) == "correct" else "success rate"
+    lines.append(f"{name}: {k}/{n} = {k / n if n else 0:.1%} (95% CI {lo:.1%}-{hi:.1%})")
+    quality = [float(r.outcome["quality"]) for r in records if "quality" in r.outcome]
+    if quality:
+        lines.append(f"mean quality: {sum(quality) / len(quality):.3f} over {len(quality)} episodes")
     return "\n".join(lines)
 
 

@@ -5,7 +5,13 @@ import importlib
 
 import pytest
 
-MODULES = ["mappa_envs", "mappa_envs.grading", "sandboxes"]
+MODULES = [
+    "mappa_envs",
+    "mappa_envs.grading",
+    "sandboxes",
+    "mappa_envs.tasks.dsbench.metrics",
+    "mappa_envs.tasks.dsbench.reference",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

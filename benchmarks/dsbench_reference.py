@@ -1,0 +1,92 @@
+"""The scripted reference team on every DSBench-lite task, through the sandbox (Docker where an engine runs).
+
+    python -m benchmarks.dsbench_reference [--sandbox auto|docker|bubblewrap|subprocess] [--split all]
+                                           [--suite lite | --suite dsbench --data-dir PATH] [--json out.json]
+
+Prints one row per task: its type, metric, size, the reference team's score, the trivial baseline's score on
+the same test rows, the normalised quality and the episode's wall time. Exits with status 1 if any submission is
+invalid or fails to beat the baseline (the suite's solvability check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import mappa_envs
+from mappa_envs.tasks.dsbench.reference import run_reference
+from mappa_envs.tasks.dsbench.scoring import answers
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sandbox", default="auto")
+    p.add_argument("--suite", default="lite")
+    p.add_argument("--split", default="all")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--tasks", nargs="*", default=None, help="task ids (default: all of the split)")
+    p.add_argument("--json", default=None, help="also write the rows as JSON here")
+    args = p.parse_args(argv)
+    env = mappa_envs.make(
+        "mappa/DSBench-v0",
+        suite=args.suite,
+        split=args.split,
+        data_dir=args.data_dir,
+        task_ids=args.tasks,
+        sandbox=args.sandbox,
+    )
+    u = env.unwrapped
+    print(f"DSBench reference team: suite {args.suite}, split {args.split}, sandbox {u.sandbox_backend}")
+    header = f"{'task':<22}{'type':<15}{'metric':<10}{'rows':>7}{'score':>11}{'baseline':>11}{'quality':>9}  {'s':>5}"
+    print(header)
+    print("-" * len(header))
+    rows, failed = [], []
+    start = time.perf_counter()
+    for tid, task in u.ds_tasks.items():
+        t0 = time.perf_counter()
+        rec = run_reference(env, tid)
+        o = rec.outcome
+        n = len(answers(task).ids)
+        row = {
+            "task": tid,
+            "type": task.task_type,
+            "metric": task.metric,
+            "test_rows": n,
+            "valid": o["valid"],
+            "value": o["value"],
+            "baseline": o["baseline"],
+            "quality": o["quality"],
+            "beats_baseline": o["beats_baseline"],
+            "seconds": round(time.perf_counter() - t0, 2),
+            "reason": o["reason"],
+        }
+        rows.append(row)
+        value = f"{o['value']:.4g}" if o["valid"] else "invalid"
+        print(
+            f"{tid:<22}{task.task_type:<15}{task.metric:<10}{n:>7}{value:>11}{o['baseline']:>11.4g}"
+            f"{o['quality']:>9.3f}  {row['seconds']:>5.1f}" + (f"  {o['reason']}" if not o["valid"] else ""),
+            flush=True,
+        )
+        if not o["beats_baseline"]:
+            failed.append(tid)
+    env.close()
+    ok = len(rows) - len(failed)
+    mean_q = sum(r["quality"] for r in rows) / len(rows)
+    print("-" * len(header))
+    print(
+        f"{ok}/{len(rows)} tasks valid and above the trivial baseline; mean quality {mean_q:.3f}; "
+        f"total {time.perf_counter() - start:.0f} s"
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"sandbox": u.sandbox_backend, "suite": args.suite, "rows": rows}, f, indent=1)
+    if failed:
+        print(f"FAILED: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
