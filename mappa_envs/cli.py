@@ -148,8 +148,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from baselines.presets import preset
 
+    base = preset(args.preset)
+    env_kwargs = None
+    if args.env and args.env != base.env_id:
+        env_kwargs = {}  # the preset's arguments belong to its own env
+    if args.env_arg:
+        parsed = {k: _parse_value(v) for k, v in _kv(args.env_arg, "--env-arg").items()}
+        env_kwargs = {**(base.env_kwargs if env_kwargs is None else env_kwargs), **parsed}
     cfg = preset(
         args.preset,
+        env_id=args.env,
+        env_kwargs=env_kwargs,
         trainer=args.trainer,
         iterations=args.iterations,
         model=args.model,
@@ -239,6 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train every role with REINFORCE++ / GRPO / outcome-only")
     p.add_argument("--preset", default="demo", help="smoke | demo | paper-mathchat | paper-dsbench")
     p.add_argument("--trainer", default=None, help="ray (vLLM + DeepSpeed ZeRO-3, default) | local (one process)")
+    p.add_argument("--env", default=None, help="registered env id (default: the preset's)")
+    p.add_argument(
+        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env argument (JSON values), repeatable"
+    )
     p.add_argument("--iterations", type=int, default=None)
     p.add_argument("--model", default=None, help="smollm2-135m | tiny-random | a model folder")
     p.add_argument("--estimator", default=None, help="reinforce_pp | grpo | outcome")

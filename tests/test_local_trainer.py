@@ -100,3 +100,39 @@ def test_grpo_with_one_sample_per_prompt_is_refused(tiny_model, tmp_path):
     )
     with pytest.raises(ValueError, match="at least 2 samples per prompt"):
         LocalTrainer(cfg).train()
+
+
+@needs
+def test_dsbench_trains_every_role(tiny_model, tmp_path):
+    """DSBench plugs into the trainer like MathChat: three roles, tool turns, the host-scored outcome stored."""
+    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.loop import TrajectoryStore
+    from mappa_envs.core import read_jsonl
+
+    cfg = TrainConfig(
+        model=tiny_model,
+        env_id="mappa/DSBench-v0",
+        env_kwargs={"split": "eval", "sandbox": "subprocess"},
+        coach="mappa_envs.coach:LengthCoach",
+        iterations=1,
+        prompts_per_iteration=2,
+        samples_per_prompt=1,
+        max_new_tokens=12,
+        max_prompt_tokens=512,
+        lr=1e-3,
+        out_dir=str(tmp_path),
+    )
+    trainer = LocalTrainer(cfg)
+    assert set(trainer.learners) == {"data_engineer", "modeler", "analyst"}
+    before = {r: next(lr.model.parameters()).detach().clone() for r, lr in trainer.learners.items()}
+    trainer.train()
+    for role, learner in trainer.learners.items():
+        assert not torch.equal(before[role], next(learner.model.parameters())), f"{role} was not updated"
+    records = list(TrajectoryStore(tmp_path).load(0).values())
+    assert [r.episode_id for r in read_jsonl(tmp_path / "rollouts" / "iter-00000.jsonl")] == [
+        r.episode_id for r in records
+    ]  # the store's files are readable by read_jsonl (and so by mappa report)
+    assert len(records) == 2
+    for rec in records:
+        assert rec.outcome["valid"] is False and "submission.csv" in rec.outcome["reason"]  # random text: no code
+        assert rec.metadata["metric"] and set(rec.metadata["workspace_files"]) >= {"train.csv", "test.csv"}

@@ -142,12 +142,16 @@ def write_jsonl(path: str | Path, episodes: Iterable[EpisodeRecord], append: boo
 
 
 def read_jsonl(path: str | Path) -> Iterator[EpisodeRecord]:
-    """Read episodes written by :func:`write_jsonl`; a malformed line raises with its line number."""
+    """Read episodes written by :func:`write_jsonl`, or a trainer's ``rollouts/iter-*.jsonl`` (whose lines wrap
+    each episode as ``{"index": i, "episode": {...}}``); a malformed line raises with its line number."""
     with Path(path).open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                yield EpisodeRecord.from_json(line)
+                row = json.loads(line)
+                if isinstance(row, dict) and "episode" in row and "actions" not in row:
+                    row = row["episode"]
+                yield EpisodeRecord.from_dict(row)
             except (json.JSONDecodeError, TypeError, KeyError) as e:
                 raise ValueError(f"{path}:{lineno}: not a valid episode record ({e})") from e

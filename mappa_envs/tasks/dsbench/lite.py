@@ -543,6 +543,8 @@ def build_lite(root: str | Path | None = None, *, verify: bool = True, force: bo
             )
         (tmp / "tasks.json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
         (tmp / "hashes.json").write_text(json.dumps(hashes, indent=1, sort_keys=True), encoding="utf-8")
+        if done.is_file() and not force:  # another process finished first: keep its (identical) build
+            return root
         if root.exists():
             shutil.rmtree(root)
         os.replace(tmp, root)  # atomic: a half-built suite is never seen
