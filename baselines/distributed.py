@@ -333,6 +333,21 @@ class RoleWorker:
     def save(self, path: str) -> None:
         self.engine.save_checkpoint(path, tag=self.role, save_latest=False)
 
+    def export(self, path: str) -> None:
+        """Collective: rank 0 writes the gathered model as a transformers folder (config, weights, tokenizer)."""
+        state = self.full_state()
+        if self.rank != 0:
+            return
+        from transformers import AutoModelForCausalLM
+
+        config = self.engine.module.config
+        model = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or [k for k in missing if not (self.tied and k == "lm_head.weight")]:
+            raise RuntimeError(f"exporting {self.role}: missing {missing}, unexpected {unexpected}")
+        model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
     def load(self, path: str) -> None:
         loaded, _ = self.engine.load_checkpoint(path, tag=self.role)
         if loaded is None:

@@ -163,6 +163,11 @@ class LocalTrainer(TrainerBase):
                 path / f"{role}.pt",
             )
 
+    def export_models(self, path: Path) -> None:
+        for role, learner in self.learners.items():
+            learner.model.save_pretrained(path / role)
+            learner.tokenizer.save_pretrained(path / role)
+
     def load_state(self, path: Path) -> None:
         for role, learner in self.learners.items():
             state = torch.load(path / f"{role}.pt", weights_only=True)

@@ -349,7 +349,14 @@ class TrainerBase:
             history.append(metrics)
             if on_iteration is not None:
                 on_iteration(metrics)
+        if start < cfg.iterations or not (self.out / "models").exists():
+            self.export_models(self.out / "models")
         return history
+
+    def export_models(self, path: Path) -> None:
+        """Write each role's current weights as a transformers folder ``path/<role>/`` (what ``mappa eval --run``
+        loads)."""
+        raise NotImplementedError
 
     def close(self) -> None:
         for w in self._writers:

@@ -292,6 +292,9 @@ class RayTrainer(TrainerBase):
     def save_state(self, path: Path) -> None:
         self._ray.get([w.save.remote(str(path)) for ws in self.workers.values() for w in ws])
 
+    def export_models(self, path: Path) -> None:
+        self._ray.get([w.export.remote(str(path / role)) for role, ws in self.workers.items() for w in ws])
+
     def load_state(self, path: Path) -> None:
         self._ray.get([w.load.remote(str(path)) for ws in self.workers.values() for w in ws])
         self._stale.update(self.roles)

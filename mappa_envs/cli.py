@@ -31,6 +31,48 @@ def _parse_value(value: str) -> Any:
         return value
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from baselines.evaluate import EvalConfig, build_policies, evaluate, format_tables, suite_env, team_from_args
+
+    from . import make
+
+    cfg = EvalConfig(
+        suites=tuple(args.suites),
+        k=args.k,
+        seed=args.seed,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        max_prompt_tokens=args.max_prompt_tokens,
+        limit=args.limit,
+        concurrency=args.concurrency,
+        engine=args.engine,
+        dsbench_data_dir=args.dsbench_data_dir,
+        sandbox=args.sandbox,
+    )
+    roles: list[str] = []
+    for suite in cfg.suites:
+        env_id, kwargs = suite_env(suite, cfg)
+        probe = make(env_id, **kwargs)
+        roles += [r.name for r in probe.unwrapped.roles if r.name not in roles]
+        probe.close()
+    team = team_from_args(
+        roles,
+        model=args.model,
+        role_models=_kv(args.role_model, "--role-model"),
+        run_dir=args.run,
+        role_endpoints=_kv(args.role_endpoint, "--role-endpoint"),
+        endpoint_model=args.endpoint_model,
+    )
+    for role, who in team.items():
+        print(f"{role:<16}{who}", flush=True)
+    out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
+    result = evaluate(build_policies(team, cfg), cfg, out_dir=out, team=team)
+    print()
+    print(format_tables(result))
+    print(f"\nresults: {out / 'eval.json'} (trajectories beside it)")
+    return 0
+
+
 def cmd_envs(_args: argparse.Namespace) -> int:
     from . import list_envs
 
@@ -278,6 +320,32 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_report_coach_bias)
 
     sub.add_parser("sandbox", help="build the Docker sandbox image offline, or reap leftovers (mappa sandbox -h)")
+
+    p = sub.add_parser("eval", help="evaluate a team on AIME-32, AMC-32 and DSBench eval, with intervals")
+    p.add_argument("--suites", nargs="+", default=["aime", "amc", "dsbench"], help="aime amc dsbench")
+    p.add_argument("-k", type=int, default=1, help="samples per problem")
+    p.add_argument("--model", default=None, help="model for every role (default: the bundled smollm2-135m)")
+    p.add_argument("--role-model", action="append", default=[], metavar="ROLE=MODEL", help="model for one role")
+    p.add_argument("--run", default=None, help="a `mappa train` output folder: its models/<role>/ play the roles")
+    p.add_argument(
+        "--role-endpoint",
+        action="append",
+        default=[],
+        metavar="ROLE=[MODEL@]URL",
+        help="an OpenAI-compatible endpoint for one role (API key from OPENAI_API_KEY)",
+    )
+    p.add_argument("--endpoint-model", default=None, help="served model name for endpoints given without MODEL@")
+    p.add_argument("--engine", default="vllm", help="local models: vllm (in-process engine) | transformers")
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-prompt-tokens", type=int, default=3072)
+    p.add_argument("--limit", type=int, default=None, help="only the first N problems of each suite")
+    p.add_argument("--concurrency", type=int, default=16, help="episodes in flight")
+    p.add_argument("--dsbench-data-dir", default=None, help="original DSBench data (default: DSBench-lite eval)")
+    p.add_argument("--sandbox", default=None, help="sandbox backend (default: each env's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="output folder (default runs/eval-<time>)")
+    p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("run", help="run episodes with local models and write trajectories")
     p.add_argument("--env", default="mappa/MathChat-v0", help="registered env id")

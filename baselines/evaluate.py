@@ -1,0 +1,403 @@
+"""Evaluation of a team: AIME-32, AMC-32 and the DSBench eval tasks, k samples per problem, with intervals.
+
+A *team* gives each role a policy: a local model (bundled name, model folder, or the ``models/<role>`` folders a
+``mappa train`` run exports) generated with an in-process vLLM engine (one per distinct model, shared by the roles
+that use it) or with transformers, or an OpenAI-compatible endpoint per role (``vllm serve``, hosted APIs).
+
+Every suite runs ``k`` samples of each problem (episode seeds ``seed + index``), with no coach. Results:
+
+- MathChat suites: accuracy over all samples with a 95% Wilson interval, problems solved at least once (pass@k);
+- DSBench: success rate (valid submission) with its interval, mean normalised quality with a 95% normal
+  interval, and per task the metric, mean value, quality and valid samples;
+- per role: actions, tool-call rate, tool success rate, mean response length (characters and words).
+
+``mappa eval`` prints the tables and writes ``eval.json`` plus each suite's trajectories (JSON lines), which
+``mappa report`` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mappa_envs
+from mappa_envs.core import EpisodeRecord, write_jsonl
+from mappa_envs.metrics import role_stats, wilson_interval
+
+from .rollout import run_episodes
+
+SUITES: dict[str, tuple[str, dict[str, Any]]] = {
+    "aime": ("mappa/MathChat-v0", {"split": "aime-eval-32"}),
+    "amc": ("mappa/MathChat-v0", {"split": "amc-eval-32"}),
+    "dsbench": ("mappa/DSBench-v0", {"suite": "lite", "split": "eval"}),
+}
+
+
+@dataclass
+class EvalConfig:
+    suites: tuple[str, ...] = ("aime", "amc", "dsbench")
+    k: int = 1
+    """Samples per problem."""
+    seed: int = 0
+    temperature: float = 0.6
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    max_prompt_tokens: int = 3072
+    limit: int | None = None
+    """Only the first ``limit`` problems of each suite (quick looks; the full sets are the benchmark)."""
+    concurrency: int = 16
+    engine: str = "vllm"
+    """Local models: ``vllm`` (in-process engine) or ``transformers``."""
+    dsbench_data_dir: str | None = None
+    """Evaluate on the original DSBench eval tasks at this path instead of DSBench-lite's."""
+    sandbox: str | None = None
+    """Sandbox backend for every suite (default: each env's)."""
+    env_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Extra env arguments per suite."""
+
+
+# ---------------------------------------------------------------------------------------------- policies
+class OpenAIPolicy:
+    """A role played by a model behind an OpenAI-compatible chat endpoint; a batch is sent concurrently."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        max_tokens: int = 512,
+        temperature: float = 0.6,
+        top_p: float = 1.0,
+        seed: int = 0,
+        concurrency: int = 8,
+        timeout_s: float = 600.0,
+    ):
+        import os
+
+        from openai import OpenAI
+
+        self.client = OpenAI(base_url=base_url, api_key=os.environ.get(api_key_env, "EMPTY"), timeout=timeout_s)
+        self.model, self.max_tokens, self.temperature, self.top_p, self.seed = (
+            model,
+            max_tokens,
+            temperature,
+            top_p,
+            seed,
+        )
+        self.concurrency = concurrency
+        self.generated_tokens = 0
+        self.calls = 0
+
+    def _one(self, conversation) -> str:
+        reply = self.client.chat.completions.create(
+            model=self.model,
+            messages=list(conversation),
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed + self.calls,
+        )
+        if reply.usage is not None:
+            self.generated_tokens += reply.usage.completion_tokens or 0
+        return reply.choices[0].message.content or ""
+
+    def generate(self, batch) -> list[str]:
+        self.calls += 1
+        with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(batch)))) as pool:
+            return list(pool.map(self._one, batch))
+
+
+class EnginePolicy:
+    """A role played by an in-process :class:`baselines.distributed.VLLMEngine` (shared by roles of one model)."""
+
+    def __init__(self, engine: Any, tokenizer: Any, cfg: EvalConfig):
+        from .samples import prompt_ids
+
+        self._prompt_ids = prompt_ids
+        self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
+        self.generated_tokens = 0
+        self.truncated_prompts = 0
+
+    def generate(self, batch) -> list[str]:
+        prompts = []
+        for conv in batch:
+            ids = self._prompt_ids(self.tokenizer, conv)
+            if len(ids) > self.cfg.max_prompt_tokens:  # keep the end: the latest instruction and feedback
+                self.truncated_prompts += 1
+                ids = ids[-self.cfg.max_prompt_tokens :]
+            prompts.append(ids)
+        out = self.engine.generate(
+            prompts, max_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature, top_p=self.cfg.top_p
+        )
+        self.generated_tokens += sum(n for _, n in out)
+        return [text for text, _ in out]
+
+
+def team_from_args(
+    roles: Sequence[str],
+    *,
+    model: str | None = None,
+    role_models: Mapping[str, str] | None = None,
+    run_dir: str | None = None,
+    role_endpoints: Mapping[str, str] | None = None,
+    endpoint_model: str | None = None,
+) -> dict[str, dict[str, str]]:
+    """Who plays each role: ``{"kind": "local", "model": ...}`` or ``{"kind": "endpoint", "url", "model"}``.
+
+    Precedence per role: an endpoint, a ``--role-model``, the ``models/<role>`` folder of ``run_dir`` (exported
+    by ``mappa train``), then ``model`` (default: the bundled SmolLM2-135M).
+    """
+    role_models, role_endpoints = dict(role_models or {}), dict(role_endpoints or {})
+    unknown = (set(role_models) | set(role_endpoints)) - set(roles)
+    if unknown:
+        raise ValueError(f"unknown roles {sorted(unknown)}; roles: {list(roles)}")
+    team = {}
+    for role in roles:
+        if role in role_endpoints:
+            url = role_endpoints[role]
+            name = endpoint_model
+            if "@" in url:  # MODEL@URL
+                name, url = url.split("@", 1)
+            if not name:
+                raise ValueError(f"endpoint of {role!r}: give the served model as MODEL@URL or --endpoint-model")
+            team[role] = {"kind": "endpoint", "url": url, "model": name}
+        elif role in role_models:
+            team[role] = {"kind": "local", "model": role_models[role]}
+        elif run_dir is not None:
+            path = Path(run_dir) / "models" / role
+            if not (path / "config.json").exists():
+                raise FileNotFoundError(
+                    f"{path} holds no exported model: `mappa train` writes models/<role>/ when a run finishes"
+                )
+            team[role] = {"kind": "local", "model": str(path)}
+        else:
+            team[role] = {"kind": "local", "model": model or "smollm2-135m"}
+    return team
+
+
+def build_policies(team: Mapping[str, Mapping[str, str]], cfg: EvalConfig) -> dict[str, Any]:
+    """Policies for ``team`` (see :func:`team_from_args`); roles with the same local model share one engine."""
+    from .models import resolve_model
+
+    shared: dict[str, Any] = {}
+    policies = {}
+    for role, who in team.items():
+        if who["kind"] == "endpoint":
+            policies[role] = OpenAIPolicy(
+                who["url"],
+                who["model"],
+                max_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                seed=cfg.seed,
+            )
+            continue
+        path = resolve_model(who["model"])
+        if path not in shared:
+            if cfg.engine == "vllm":
+                from transformers import AutoTokenizer
+
+                from .distributed import VLLMEngine
+
+                engine = VLLMEngine(path, seed=cfg.seed, max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens + 8)
+                shared[path] = EnginePolicy(engine, AutoTokenizer.from_pretrained(path), cfg)
+            elif cfg.engine == "transformers":
+                from .policies import GenerationConfig, TransformersPolicy
+
+                gen = GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+                shared[path] = TransformersPolicy(path, gen, seed=cfg.seed)
+            else:
+                raise ValueError(f"engine must be 'vllm' or 'transformers', not {cfg.engine!r}")
+        policies[role] = shared[path]
+    return policies
+
+
+# ---------------------------------------------------------------------------------------------- summaries
+def behaviour(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, float]]:
+    """The paper's behaviour statistics per role."""
+    out = {}
+    for role, s in role_stats(records).items():
+        words = [len(a.output.split()) for r in records for a in r.actions if a.role == role]
+        out[role] = {
+            "actions": s.actions,
+            "tool_call_rate": s.tool_calls / s.actions if s.actions else 0.0,
+            "tool_success_rate": s.tool_ok / s.tool_calls if s.tool_calls else 0.0,
+            "mean_chars": s.mean_chars,
+            "mean_words": sum(words) / len(words) if words else 0.0,
+        }
+    return out
+
+
+def _mean_ci(xs: Sequence[float]) -> tuple[float, float, float]:
+    n = len(xs)
+    if n == 0:
+        return 0.0, 0.0, 0.0
+    m = sum(xs) / n
+    if n == 1:
+        return m, m, m
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
+    half = 1.96 * sd / math.sqrt(n)
+    return m, max(0.0, m - half), min(1.0, m + half)
+
+
+def summarize(suite: str, records: Sequence[EpisodeRecord], k: int) -> dict[str, Any]:
+    n = len(records)
+    out: dict[str, Any] = {"suite": suite, "episodes": n, "k": k, "behaviour": behaviour(records)}
+    if any("correct" in r.outcome for r in records):
+        c = sum(bool(r.outcome.get("correct")) for r in records)
+        lo, hi = wilson_interval(c, n)
+        by_task: dict[str, list[bool]] = {}
+        for r in records:
+            by_task.setdefault(r.task_id, []).append(bool(r.outcome.get("correct")))
+        out.update(
+            kind="math",
+            accuracy=c / n if n else 0.0,
+            correct=c,
+            ci95=[lo, hi],
+            problems=len(by_task),
+            solved_at_least_once=sum(any(v) for v in by_task.values()),
+        )
+    else:
+        ok = sum(bool(r.outcome.get("success")) for r in records)
+        lo, hi = wilson_interval(ok, n)
+        q, qlo, qhi = _mean_ci([float(r.outcome.get("quality", 0.0)) for r in records])
+        tasks: dict[str, dict[str, Any]] = {}
+        for r in records:
+            t = tasks.setdefault(
+                r.task_id,
+                {"metric": r.outcome.get("metric"), "type": r.outcome.get("task_type"), "values": [], "quality": []},
+            )
+            t["quality"].append(float(r.outcome.get("quality", 0.0)))
+            if r.outcome.get("valid"):
+                t["values"].append(float(r.outcome["value"]))
+        per_task = {
+            tid: {
+                "metric": t["metric"],
+                "type": t["type"],
+                "samples": len(t["quality"]),
+                "valid": len(t["values"]),
+                "mean_value": sum(t["values"]) / len(t["values"]) if t["values"] else None,
+                "mean_quality": sum(t["quality"]) / len(t["quality"]),
+            }
+            for tid, t in tasks.items()
+        }
+        out.update(
+            kind="dsbench",
+            success_rate=ok / n if n else 0.0,
+            successes=ok,
+            ci95=[lo, hi],
+            mean_quality=q,
+            quality_ci95=[qlo, qhi],
+            tasks=per_task,
+        )
+    return out
+
+
+def format_tables(result: Mapping[str, Any]) -> str:
+    lines = [f"{'suite':<10}{'episodes':>9}  {'score':<34}{'extra'}"]
+    for name, s in result["suites"].items():
+        lo, hi = s["ci95"]
+        if s["kind"] == "math":
+            score = f"accuracy {s['accuracy']:.1%} [{lo:.1%}, {hi:.1%}]"
+            extra = f"solved at least once: {s['solved_at_least_once']}/{s['problems']}"
+        else:
+            score = f"success {s['success_rate']:.1%} [{lo:.1%}, {hi:.1%}]"
+            qlo, qhi = s["quality_ci95"]
+            extra = f"mean quality {s['mean_quality']:.3f} [{qlo:.3f}, {qhi:.3f}]"
+        lines.append(f"{name:<10}{s['episodes']:>9}  {score:<34}{extra}")
+    for name, s in result["suites"].items():
+        if s["kind"] == "dsbench":
+            lines += [
+                "",
+                f"{name}: per task",
+                f"{'task':<24}{'metric':<10}{'valid':>7}{'mean value':>12}{'quality':>9}",
+            ]
+            for tid, t in s["tasks"].items():
+                v = f"{t['mean_value']:.4g}" if t["mean_value"] is not None else "-"
+                lines.append(
+                    f"{tid:<24}{t['metric']:<10}{t['valid']:>3}/{t['samples']:<3}{v:>12}{t['mean_quality']:>9.3f}"
+                )
+    lines += ["", f"{'suite':<10}{'role':<16}{'actions':>8}{'tool calls':>12}{'tool ok':>9}{'chars':>8}{'words':>7}"]
+    for name, s in result["suites"].items():
+        for role, b in s["behaviour"].items():
+            lines.append(
+                f"{name:<10}{role:<16}{b['actions']:>8}{b['tool_call_rate']:>12.1%}{b['tool_success_rate']:>9.1%}"
+                f"{b['mean_chars']:>8.0f}{b['mean_words']:>7.0f}"
+            )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- running
+def suite_env(suite: str, cfg: EvalConfig) -> tuple[str, dict[str, Any]]:
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; suites: {sorted(SUITES)}")
+    env_id, kwargs = SUITES[suite]
+    kwargs = dict(kwargs)
+    if suite == "dsbench" and cfg.dsbench_data_dir:
+        kwargs.update(suite="dsbench", data_dir=cfg.dsbench_data_dir)
+    if cfg.sandbox:
+        kwargs["sandbox"] = cfg.sandbox
+    kwargs.update(cfg.env_kwargs.get(suite, {}))
+    return env_id, kwargs
+
+
+def evaluate(
+    policies: Mapping[str, Any] | Any,
+    cfg: EvalConfig,
+    *,
+    out_dir: str | Path | None = None,
+    team: Mapping[str, Any] | None = None,
+    log: Any = print,
+) -> dict[str, Any]:
+    """Run every suite of ``cfg`` with ``policies`` (a policy per role name, or one for all)."""
+    if cfg.k < 1:
+        raise ValueError("k must be >= 1")
+    out = Path(out_dir) if out_dir else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"config": asdict(cfg), "team": dict(team or {}), "suites": {}}
+    for suite in cfg.suites:
+        env_id, kwargs = suite_env(suite, cfg)
+        probe = mappa_envs.make(env_id, **kwargs)
+        n_tasks = len(probe.unwrapped.tasks) if cfg.limit is None else min(cfg.limit, len(probe.unwrapped.tasks))
+        probe.close()
+        t0 = time.perf_counter()
+        records = run_episodes(
+            lambda env_id=env_id, kwargs=kwargs: mappa_envs.make(env_id, **kwargs),
+            policies,
+            n_tasks * cfg.k,
+            seed=cfg.seed,
+            concurrency=cfg.concurrency,
+            reset_options=lambda i: {"task_index": i // cfg.k},
+        )
+        summary = summarize(suite, records, cfg.k)
+        summary["seconds"] = round(time.perf_counter() - t0, 1)
+        summary["env_id"], summary["env_kwargs"] = env_id, {k: str(v) for k, v in kwargs.items()}
+        result["suites"][suite] = summary
+        if out:
+            write_jsonl(out / f"{suite}.jsonl", records)
+            summary["trajectories"] = str(out / f"{suite}.jsonl")
+        log(f"[{suite}] {n_tasks} problems x {cfg.k} samples in {summary['seconds']:.0f} s")
+    if out:
+        (out / "eval.json").write_text(json.dumps(result, indent=1, default=str))
+    return result
+
+
+__all__ = [
+    "SUITES",
+    "EnginePolicy",
+    "EvalConfig",
+    "OpenAIPolicy",
+    "build_policies",
+    "evaluate",
+    "format_tables",
+    "summarize",
+    "team_from_args",
+]
