@@ -34,6 +34,7 @@ import numpy as np
 
 import mappa_envs
 from mappa_envs.core import EpisodeRecord
+from mappa_envs.metrics import outcome_key
 
 from .config import TrainConfig
 from .policies import Policy
@@ -323,7 +324,12 @@ class TrainerBase:
             "iteration": iteration,
             "episodes": len(records),
             "reused_episodes": reused,
-            "accuracy": float(np.mean([bool(r.outcome.get("correct")) for r in records])),
+            "accuracy": float(np.mean([bool(r.outcome.get(outcome_key(records))) for r in records])),
+            **(
+                {"mean_quality": float(np.mean([float(r.outcome.get("quality", 0.0)) for r in records]))}
+                if any("quality" in r.outcome for r in records)
+                else {}
+            ),
             "rollout_s": gen_time,
             "train_s": train_time,
             "sync_s": sync_time,

@@ -280,6 +280,52 @@ def cmd_report_coach_bias(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report_run(args: argparse.Namespace) -> int:
+    from benchmarks.report import Run, write_report
+
+    labels = list(args.label or [])
+    if labels and len(labels) != len(args.runs):
+        raise SystemExit(f"--label given {len(labels)} times for {len(args.runs)} runs")
+    runs = [Run(path, labels[i] if labels else None) for i, path in enumerate(args.runs)]
+    out = Path(args.out or Path(args.runs[0]) / "report")
+    md = write_report(runs, out, evals=args.eval or [])
+    print(f"report: {md} and {out / 'report.html'} (figures: {', '.join(p.name for p in sorted(out.glob('*.png')))})")
+    return 0
+
+
+ABLATION = (
+    ("coach", {"estimator": "reinforce_pp"}),
+    ("outcome", {"estimator": "outcome", "coach": "none"}),
+    ("grpo", {"estimator": "grpo"}),
+)
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    """REINFORCE++ with the coach, outcome-only REINFORCE++ and GRPO on the same preset, seed and budget, then the
+    comparison report."""
+    import subprocess
+
+    out = Path(args.out or f"runs/ablation-{args.preset}")
+    runs = []
+    for name, change in ABLATION:
+        cmd = [sys.executable, "-m", "mappa_envs.cli", "train", "--preset", args.preset, "--out", str(out / name)]
+        cmd += ["--seed", str(args.seed), "--estimator", change["estimator"]]
+        if "coach" in change:
+            cmd += ["--coach", change["coach"]]
+        if args.iterations is not None:
+            cmd += ["--iterations", str(args.iterations)]
+        cmd += ["--no-progress", *(["--no-resume"] if args.no_resume else [])]
+        print(f"[ablation] {name}: {' '.join(cmd[2:])}", flush=True)
+        rc = subprocess.call(cmd)
+        if rc != 0:
+            print(f"[ablation] {name} failed with exit status {rc}", file=sys.stderr)
+            return rc
+        runs.append(str(out / name))
+    return cmd_report_run(
+        argparse.Namespace(runs=runs, label=[n for n, _ in ABLATION], out=str(out / "report"), eval=[])
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mappa", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -318,6 +364,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--min-gap", type=float, default=0.5, help="smallest gap (points) worth flagging")
     r.add_argument("--normalize", action="store_true", help="also show the effect of per-group normalisation")
     r.set_defaults(func=cmd_report_coach_bias)
+    r = rsub.add_parser("run", help="a training report (Markdown + PNG, and HTML) of one or more runs")
+    r.add_argument("runs", nargs="+", help="`mappa train` output folders (several: overlaid for comparison)")
+    r.add_argument("--label", action="append", default=None, help="a name per run, in order")
+    r.add_argument("--eval", action="append", default=None, help="a `mappa eval` eval.json to include")
+    r.add_argument("--out", default=None, help="output folder (default: <first run>/report)")
+    r.set_defaults(func=cmd_report_run)
+
+    p = sub.add_parser("ablate", help="coach vs outcome-only vs GRPO on the same seeds and budget, then a report")
+    p.add_argument("--preset", default="smoke")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--iterations", type=int, default=None)
+    p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
+    p.add_argument("--no-resume", action="store_true")
+    p.set_defaults(func=cmd_ablate)
 
     sub.add_parser("sandbox", help="build the Docker sandbox image offline, or reap leftovers (mappa sandbox -h)")
 
