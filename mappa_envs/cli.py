@@ -2,6 +2,13 @@
 
 mappa envs                                   list registered environments
 mappa run --env mappa/MathChat-v0 -n 3       run episodes with local models, write trajectories, print stats
+mappa train --preset demo                    train every role (REINFORCE++ / GRPO / outcome-only)
+mappa eval -k 1                              evaluate a team on AIME-32, AMC-32 and DSBench eval, with intervals
+mappa report run RUN [RUN ...]               a report (Markdown + PNG, HTML) of training runs
+mappa ablate --preset smoke                  coach vs outcome-only vs GRPO on one seed and budget, then a report
+mappa bench                                  the performance suite (every figure against a reference)
+mappa report coach-bias TRAJECTORIES         coach scores by role, task type and outcome
+mappa sandbox build|reap|serve               the sandbox image and service
 """
 
 from __future__ import annotations
@@ -379,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-resume", action="store_true")
     p.set_defaults(func=cmd_ablate)
 
+    sub.add_parser("bench", help="the performance suite: every figure against a reference (mappa bench -h)")
     sub.add_parser("sandbox", help="build the Docker sandbox image offline, or reap leftovers (mappa sandbox -h)")
 
     p = sub.add_parser("eval", help="evaluate a team on AIME-32, AMC-32 and DSBench eval, with intervals")
@@ -436,6 +444,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # the benchmark suite's own parser
+        from benchmarks.suite import main as bench_main
+
+        return bench_main(argv[1:])
     if argv[:1] == ["sandbox"]:  # its own parser, so that `mappa sandbox -h` shows its help
         from sandboxes.__main__ import main as sandboxes_main
 
