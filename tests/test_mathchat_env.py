@@ -227,3 +227,11 @@ def test_broken_dataset_file_is_a_clear_error(tmp_path):
         mappa_envs.make("mappa/MathChat-v0", data_file=str(bad))
     with pytest.raises(ValueError, match="unknown MathChat split"):
         mappa_envs.make("mappa/MathChat-v0", split="nope")
+
+
+@pytest.mark.parametrize("split", ["aime-eval-32", "amc-eval-32", "aime-train", "amc-train", "arith-eval"])
+def test_task_ids_are_unique(split):
+    env = mappa_envs.make("mappa/MathChat-v0", split=split)
+    ids = [t.id for t in env.unwrapped.tasks]
+    assert len(set(ids)) == len(ids)
+    env.close()

@@ -97,7 +97,18 @@ def tasks_from_rows(rows: list[Any], source: str, prefix: str) -> list[Task]:
         )
     if not tasks:
         raise ValueError(f"{source}: no tasks")
-    return tasks
+    return _unique_ids(tasks)
+
+
+def _unique_ids(tasks: list[Task]) -> list[Task]:
+    """Task ids must be unique (``reset(options={"task_id": ...})``, per-problem statistics); the reference data
+    reuses some (two problems of ``aime_eval_32`` have id 24, two id 28): later ones get ``#2``, ``#3``..."""
+    seen: dict[str, int] = {}
+    out = []
+    for t in tasks:
+        seen[t.id] = seen.get(t.id, 0) + 1
+        out.append(t if seen[t.id] == 1 else Task(f"{t.id}#{seen[t.id]}", t.prompt, t.answer, t.metadata))
+    return out
 
 
 def _bundled(name: str) -> list[Task]:
