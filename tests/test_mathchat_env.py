@@ -235,3 +235,15 @@ def test_task_ids_are_unique(split):
     ids = [t.id for t in env.unwrapped.tasks]
     assert len(set(ids)) == len(ids)
     env.close()
+
+
+def test_training_pools_hold_no_evaluation_problem_even_typeset_differently():
+    import re
+
+    def norm(p):
+        return re.sub(r"[^a-z0-9]", "", p.lower())
+
+    for train, held_out in (("aime-train", "aime-eval-32"), ("amc-train", "amc-eval-32")):
+        ev = {norm(t.prompt) for t in mappa_envs.make("mappa/MathChat-v0", split=held_out).unwrapped.tasks}
+        pool = mappa_envs.make("mappa/MathChat-v0", split=train).unwrapped.tasks
+        assert not [t.id for t in pool if norm(t.prompt) in ev]

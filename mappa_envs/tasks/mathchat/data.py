@@ -6,7 +6,7 @@ Bundled from the reference implementation's data (MIT; see ``data/LICENSE``):
 split               tasks  contents
 ==================  =====  ==========================================================================
 ``aime-1983-2024``  933    the full AIME pool of the reference
-``aime-train``      919    that pool minus the problems that also appear in ``aime-eval-32``
+``aime-train``      917    that pool minus the problems that also appear in ``aime-eval-32``
 ``aime-eval-32``    32     evaluation set (AIME 2022-2024 problems)
 ``amc-train``       85     the reference's AMC pool minus ``amc-eval-32``
 ``amc-eval-32``     32     evaluation set (AMC)
@@ -15,7 +15,7 @@ split               tasks  contents
 ``arith-eval``      64     the same generator, seed 1, disjoint from ``arith-train``
 ==================  =====  ==========================================================================
 
-The reference's AIME pool contains 14 of the 32 AIME evaluation problems and its AMC pool all 32 AMC evaluation
+The reference's AIME pool contains 16 of the 32 AIME evaluation problems and its AMC pool all 32 AMC evaluation
 problems; the ``*-train`` splits remove them so that training on them does not leak into evaluation.
 """
 
@@ -50,7 +50,9 @@ SPLITS = (
 
 
 def _norm(prompt: str) -> str:
-    return re.sub(r"\s+", " ", prompt).strip().lower()
+    """Letters and digits only, lower case: the same problem typeset differently (spaces, ``$``, ``\\``,
+    punctuation) compares equal, so held-out problems are removed from the training pools."""
+    return re.sub(r"[^a-z0-9]", "", prompt.lower())
 
 
 def load_task_file(path: str | Path, prefix: str | None = None) -> list[Task]:
