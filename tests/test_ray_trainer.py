@@ -107,6 +107,18 @@ def test_engine_outputs_change_after_sync_and_match_the_trainer_weights(trained)
         assert (before - after).abs().max() > 1e-3, f"{role}: the engine still has the initial weights"
 
 
+def test_exported_models_hold_the_trained_weights(trained):
+    """models/<role>/ (what `mappa eval --run` loads) is the trainer's final state, as a transformers folder."""
+    from safetensors.torch import load_file
+
+    for role, state in trained["states"].items():
+        folder = trained["out"] / "models" / role
+        saved = load_file(str(folder / "model.safetensors"))
+        assert (folder / "config.json").exists() and (folder / "tokenizer.json").exists()
+        for k, v in saved.items():
+            assert torch.equal(v, state[k]), (role, k)
+
+
 def test_roles_have_their_own_weights(trained):
     states = list(trained["states"].values())
     key = "model.layers.0.mlp.down_proj.weight"
