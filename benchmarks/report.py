@@ -204,10 +204,18 @@ def _final_table(runs: Sequence[Run]) -> list[str]:
 def _eval_lines(name: str, result: dict[str, Any]) -> list[str]:
     lines = []
     if "suites" in result:  # mappa eval
-        lines += [f"**{name}** (`mappa eval`)", "", "| suite | episodes | score | 95% CI |", "|---|---|---|---|"]
+        lines += [
+            f"**{name}** (`mappa eval`)",
+            "",
+            "| suite | episodes | accuracy / success | 95% CI | mean quality |",
+            "|---|---|---|---|---|",
+        ]
         for suite, s in result["suites"].items():
             score = s.get("accuracy", s.get("success_rate", 0.0))
-            lines.append(f"| {suite} | {s['episodes']} | {score:.1%} | [{s['ci95'][0]:.1%}, {s['ci95'][1]:.1%}] |")
+            quality = f"{s['mean_quality']:.3f}" if "mean_quality" in s else "-"
+            lines.append(
+                f"| {suite} | {s['episodes']} | {score:.1%} | [{s['ci95'][0]:.1%}, {s['ci95'][1]:.1%}] | {quality} |"
+            )
         return [*lines, ""]
     for when in ("before", "after"):  # mappa train's held-out evaluations
         if when in result:
