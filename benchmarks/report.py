@@ -136,9 +136,13 @@ def plot_coach_scores(runs: Sequence[Run], path: Path) -> Path | None:
     series = [s for s in series if s[2] or s[3]]
     if not series:
         return None
-    fig, axes = plt.subplots(1, len(series), figsize=(4 * len(series), 3.2), squeeze=False)
+    cols = min(3, len(series))
+    rows = (len(series) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.ravel()[len(series) :]:
+        ax.axis("off")
     bins = [x - 0.5 for x in range(12)]
-    for ax, (run, role, first, last) in zip(axes[0], series, strict=True):
+    for ax, (run, role, first, last) in zip(axes.ravel(), series, strict=False):
         ax.hist([first, last], bins=bins, label=["first iteration", "last iteration"], color=["C7", "C0"])
         ax.set_title(f"{run.label}: {role}" if len(runs) > 1 else role, fontsize=9)
         ax.set_xlabel("coach score")
