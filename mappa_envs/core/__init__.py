@@ -1,6 +1,7 @@
 """Environment core: the sequential role pipeline, text handling and trajectory records."""
 
 from .pipeline import PYTHON_TOOL, PipelineEnv, Role, Task, format_feedback, render_messages
+from .single_agent import SingleAgentView
 from .text import ParsedAction, extract_code_blocks, normalize_action, sanitize, text_space, truncate_middle
 from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall, read_jsonl, write_jsonl
 
@@ -12,6 +13,7 @@ __all__ = [
     "ParsedAction",
     "PipelineEnv",
     "Role",
+    "SingleAgentView",
     "Task",
     "ToolCall",
     "extract_code_blocks",
