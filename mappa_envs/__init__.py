@@ -16,6 +16,7 @@ register(
     "mappa_envs.tasks.mathchat:MathChatEnv",
     description="problem solver -> code executor -> verifier on AIME/AMC (MAPPA MathChat)",
 )
+register("mappa/SQLQuery-v0", "mappa_envs.tasks.sql_query:SQLQueryEnv", description="SQL over a shop database")
 register(
     "mappa/DSBench-v0",
     "mappa_envs.tasks.dsbench:DSBenchEnv",

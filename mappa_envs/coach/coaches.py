@@ -103,7 +103,7 @@ class RuleBasedCoach:
         expected = self.expected_files if self.expected_files is not None else dict(inp.artifacts)
         present = {f.path for f in inp.files}
         owed = [p for r in inp.earlier_roles for p in expected.get(r, ()) if p not in present]
-        if inp.role in self.tool_roles:
+        if inp.role in self.tool_roles or inp.tools:
             if not fb and inp.turn > 1:
                 notes.append("+0 concludes without code after its earlier turn")
             elif not fb:

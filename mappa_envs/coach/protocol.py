@@ -66,6 +66,10 @@ class CoachInput:
     artifacts: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """The task's hand-over contract: (role, files the role must write), e.g. DSBench's data engineer writes
     ``X_train.pkl``, ``y_train.pkl``, ``X_test.pkl``."""
+    tools: tuple[str, ...] = ()
+    """The tools this role may call."""
+    role_guidance: str = ""
+    """The task's description of a good action of this role (``Role.coach_guidance``); empty: the template's."""
     outcome: dict[str, Any] | None = None
     """The host's scoring of the episode (final agent's last action only), e.g. DSBench's submission validity,
     metric and quality. Shown to the coach when the task has no single ground-truth answer."""
@@ -177,13 +181,15 @@ class Templates:
             role=inp.role.replace("_", " "),
             agent=inp.agent,
             turn=inp.turn,
-            role_description=self.role_guidance(inp.template, inp.role).splitlines()[0] if inp.role else "",
+            role_description=(inp.role_guidance or self.role_guidance(inp.template, inp.role)).splitlines()[0]
+            if inp.role
+            else "",
             agent_input=truncate_middle(inp.agent_input, max_chars),
             output=truncate_middle(inp.output, max_chars) or "(empty reply)",
             tool_feedback=truncate_middle(inp.tool_feedback, max_chars // 2) or "no tools used",
             files=files or "(none)",
             ground_truth_section=gt,
-            role_guidance=self.role_guidance(inp.template, inp.role),
+            role_guidance=inp.role_guidance or self.role_guidance(inp.template, inp.role),
             answer_line=", and `ANSWER_CORRECT: 0` or `ANSWER_CORRECT: 1` on another line"
             if inp.ground_truth is not None
             else "",
@@ -200,6 +206,8 @@ def inputs_for_episode(
     final_agent: str,
     is_final: bool,
     artifacts: dict[str, tuple[str, ...]] | None = None,
+    tools: tuple[str, ...] = (),
+    guidance: str = "",
 ) -> CoachInput:
     """Build the coach input of ``action`` from the episode so far (what the coach may know at that point)."""
     earlier = record.actions[: action.index]
@@ -253,4 +261,6 @@ def inputs_for_episode(
         ),
         artifacts=tuple((role, tuple(files)) for role, files in (artifacts or {}).items()),
         outcome=outcome,
+        tools=tuple(tools),
+        role_guidance=guidance,
     )

@@ -140,6 +140,8 @@ class CoachRewardWrapper(_RewardWrapper):
             final_agent=env.roles[-1].agent,
             is_final=finished,
             artifacts=getattr(env, "artifacts", None),
+            tools=env.role(agent).tools,
+            guidance=env.role(agent).coach_guidance,
         )
         if self.blocking:
             ev = self.coach.evaluate(inp)

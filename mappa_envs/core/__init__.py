@@ -3,6 +3,7 @@
 from .pipeline import PYTHON_TOOL, PipelineEnv, Role, Task, format_feedback, render_messages
 from .single_agent import SingleAgentView
 from .text import ParsedAction, extract_code_blocks, normalize_action, sanitize, text_space, truncate_middle
+from .tools import PythonTool, Tool, fenced_blocks, get_tool, list_tools, register_tool
 from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall, read_jsonl, write_jsonl
 
 __all__ = [
@@ -12,14 +13,20 @@ __all__ = [
     "Message",
     "ParsedAction",
     "PipelineEnv",
+    "PythonTool",
     "Role",
     "SingleAgentView",
     "Task",
+    "Tool",
     "ToolCall",
     "extract_code_blocks",
+    "fenced_blocks",
     "format_feedback",
+    "get_tool",
+    "list_tools",
     "normalize_action",
     "read_jsonl",
+    "register_tool",
     "render_messages",
     "sanitize",
     "text_space",

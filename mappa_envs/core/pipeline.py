@@ -33,6 +33,7 @@ from pettingzoo import AECEnv
 from sandboxes import ExecResult, Sandbox, Session, make_sandbox
 
 from .text import TextObservation, normalize_action, sanitize, text_space, truncate_middle
+from .tools import get_tool
 from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall
 
 PYTHON_TOOL = "python"
@@ -49,6 +50,9 @@ class Role:
     """Appended to the first user message: what this role must do now."""
     max_turns: int = 1
     tools: tuple[str, ...] = ()
+    """Names of the tools the role may call (:mod:`mappa_envs.core.tools`), e.g. ``("python",)``."""
+    coach_guidance: str = ""
+    """What a good action of this role looks like, for LLM coaches (overrides the coach's template for it)."""
     continue_instruction: str = "Your code was executed; the result is above. Continue."
     """User message after the role's own tool feedback, opening its next turn."""
 
@@ -123,6 +127,9 @@ class PipelineEnv(AECEnv, abc.ABC):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, not {render_mode!r}")
         self.roles = tuple(roles)
+        for r in self.roles:
+            for name in r.tools:
+                get_tool(name)  # an unknown tool fails here, not at the first action that calls it
         self.tasks = tuple(tasks)
         self.render_mode = render_mode
         self.max_action_chars = max_action_chars
@@ -223,10 +230,11 @@ class PipelineEnv(AECEnv, abc.ABC):
         messages = self.messages(agent)
         parsed = normalize_action(action)
         tool_calls = []
-        if PYTHON_TOOL in role.tools and parsed.code_blocks:
-            code = "\n\n".join(parsed.code_blocks)
-            result = self.session.run(code)
-            tool_calls.append(ToolCall(PYTHON_TOOL, code, result, format_feedback(result, self.max_feedback_chars)))
+        for name in role.tools:  # each tool finds its calls in the action (see mappa_envs.core.tools)
+            tool = get_tool(name)
+            for call in tool.calls(parsed.text):
+                result = tool.run(self.session, call)
+                tool_calls.append(ToolCall(name, call, result, format_feedback(result, self.max_feedback_chars)))
         if len(parsed.text) > self.max_action_chars:
             parsed.issues.append(
                 f"output of {len(parsed.text)} characters shown truncated to {self.max_action_chars} to later agents"

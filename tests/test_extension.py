@@ -1,0 +1,129 @@
+"""The extension API: a task in one module (SQLQuery-v0, the example), tools separate from tasks, and a
+third-party package that registers a task through an entry point."""
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import mappa_envs
+from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
+from mappa_envs.core import get_tool, list_tools
+
+
+def test_example_task_is_one_small_module():
+    import mappa_envs.tasks.sql_query as mod
+
+    assert len(Path(mod.__file__).read_text().splitlines()) <= 200
+    assert {"python", "sql"} <= set(list_tools())
+
+
+def _play(env, query, answer):
+    env.reset(seed=0, options={"task_index": 0})
+    env.step(f"```sql\n{query}\n```")
+    env.step("That is the count.")
+    env.step(f"\\boxed{{{answer}}}")
+
+
+def test_sql_episode_runs_queries_in_the_sandbox_read_only():
+    env = mappa_envs.make("mappa/SQLQuery-v0")
+    task = env.tasks[0]
+    _play(env, task.metadata["reference_sql"], task.answer)
+    call = env.record.actions[0].tool_calls[0]
+    assert call.tool == "sql" and call.result.ok and str(task.answer) in call.result.stdout
+    assert env.record.outcome["correct"] is True and env.rewards["answerer_0"] == 1.0
+    env.reset(seed=0)
+    env.step("```sql\nDROP TABLE orders\n```")
+    assert "readonly" in env.record.actions[0].tool_calls[0].feedback  # the database cannot be changed
+    env.close()
+
+
+def test_rule_coach_scores_the_sql_tool_role_and_uses_task_guidance():
+    from mappa_envs.coach import Templates
+    from mappa_envs.coach.protocol import inputs_for_episode
+
+    env = CoachRewardWrapper(mappa_envs.make("mappa/SQLQuery-v0"), RuleBasedCoach(), blocking=True)
+    task = env.unwrapped.tasks[0]
+    _play(env, task.metadata["reference_sql"], task.answer)
+    rec = env.unwrapped.record
+    first = rec.actions[0]
+    assert "code ran without error" in first.info["coach"]["reasoning"]  # a tool role by its tools, not its name
+    inp = inputs_for_episode(
+        rec, first, task_type="sql", template="default", final_agent="answerer_0", is_final=False,
+        tools=("sql",), guidance=env.unwrapped.role("query_writer_0").coach_guidance,
+    )  # fmt: skip
+    assert "focused SQL" in Templates().build(inp)[1]["content"]
+    env.close()
+
+
+def test_unknown_tool_fails_at_construction():
+    from mappa_envs.core import PipelineEnv, Role, Task
+
+    class Bad(PipelineEnv):
+        def grade(self, task, record):
+            return 0.0, {}
+
+    with pytest.raises(KeyError, match="no tool registered as 'shell'"):
+        Bad([Role("a", "s", "i", tools=("shell",))], [Task("t", "p")])
+    assert get_tool("python").name == "python"
+
+
+def test_third_party_package_registers_a_task_by_entry_point(tmp_path):
+    pkg = tmp_path / "theirpkg"
+    (pkg / "theirpkg").mkdir(parents=True)
+    (pkg / "pyproject.toml").write_text(
+        textwrap.dedent(
+            """
+            [build-system]
+            requires = ["setuptools"]
+            build-backend = "setuptools.build_meta"
+            [project]
+            name = "theirpkg"
+            version = "0.0.1"
+            [project.entry-points."mappa_envs.envs"]
+            theirpkg = "theirpkg:register"
+            """
+        )
+    )
+    (pkg / "theirpkg" / "__init__.py").write_text(
+        textwrap.dedent(
+            """
+            from mappa_envs.core import PipelineEnv, Role, Task
+
+
+            class EchoEnv(PipelineEnv):
+                env_id = "theirpkg/Echo-v0"
+
+                def __init__(self, **kw):
+                    super().__init__([Role("echoer", "Repeat the task.", "Repeat it.")], [Task("t0", "hello")], **kw)
+
+                def grade(self, task, record):
+                    ok = record.actions[-1].output.strip() == task.prompt
+                    return float(ok), {"correct": ok}
+
+
+            def register():
+                import mappa_envs
+
+                mappa_envs.register("theirpkg/Echo-v0", "theirpkg:EchoEnv")
+            """
+        )
+    )
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site),
+         str(pkg)],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    code = (
+        "import mappa_envs; env = mappa_envs.make('theirpkg/Echo-v0'); env.reset(seed=0); env.step('hello'); "
+        "print(env.possible_agents, env.record.outcome)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={"PYTHONPATH": str(site), "PATH": ""}, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "['echoer_0'] {'correct': True}" in out.stdout
