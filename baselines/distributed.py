@@ -111,8 +111,9 @@ class VLLMEngine:
 
 
 class VLLMPolicy:
-    """A :class:`baselines.policies.Policy` backed by a (remote) :class:`VLLMEngine`: chat template and prompt
-    truncation here, generation in the engine. ``submit`` lets rollouts keep every role's engine busy at once."""
+    """A :class:`baselines.policies.Policy` backed by a :class:`VLLMEngine` (a Ray actor, or an instance in this
+    process): chat template and prompt truncation here, generation in the engine. ``submit`` lets rollouts keep
+    every role's engine busy at once."""
 
     def __init__(
         self,
@@ -138,19 +139,20 @@ class VLLMPolicy:
         return ids
 
     def submit(self, batch):
+        prompts = [self.encode(c) for c in batch]
+        kwargs = {"max_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p}
+        generate = self.engine.generate
+        if not hasattr(generate, "remote"):  # an engine in this process (``mappa eval``)
+            replies = generate(prompts, **kwargs)
+            return lambda: self._texts(replies)
         import ray
 
-        prompts = [self.encode(c) for c in batch]
-        ref = self.engine.generate.remote(
-            prompts, max_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p
-        )
+        ref = generate.remote(prompts, **kwargs)
+        return lambda: self._texts(ray.get(ref))
 
-        def result() -> list[str]:
-            replies = ray.get(ref)
-            self.generated_tokens += sum(n for _, n in replies)
-            return [text for text, _ in replies]
-
-        return result
+    def _texts(self, replies: list[tuple[str, int]]) -> list[str]:
+        self.generated_tokens += sum(n for _, n in replies)
+        return [text for text, _ in replies]
 
     def generate(self, batch) -> list[str]:
         return self.submit(batch)()

@@ -114,32 +114,6 @@ class OpenAIPolicy:
             return list(pool.map(self._one, batch))
 
 
-class EnginePolicy:
-    """A role played by an in-process :class:`baselines.distributed.VLLMEngine` (shared by roles of one model)."""
-
-    def __init__(self, engine: Any, tokenizer: Any, cfg: EvalConfig):
-        from .samples import prompt_ids
-
-        self._prompt_ids = prompt_ids
-        self.engine, self.tokenizer, self.cfg = engine, tokenizer, cfg
-        self.generated_tokens = 0
-        self.truncated_prompts = 0
-
-    def generate(self, batch) -> list[str]:
-        prompts = []
-        for conv in batch:
-            ids = self._prompt_ids(self.tokenizer, conv)
-            if len(ids) > self.cfg.max_prompt_tokens:  # keep the end: the latest instruction and feedback
-                self.truncated_prompts += 1
-                ids = ids[-self.cfg.max_prompt_tokens :]
-            prompts.append(ids)
-        out = self.engine.generate(
-            prompts, max_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature, top_p=self.cfg.top_p
-        )
-        self.generated_tokens += sum(n for _, n in out)
-        return [text for text, _ in out]
-
-
 def team_from_args(
     roles: Sequence[str],
     *,
@@ -204,10 +178,17 @@ def build_policies(team: Mapping[str, Mapping[str, str]], cfg: EvalConfig) -> di
             if cfg.engine == "vllm":
                 from transformers import AutoTokenizer
 
-                from .distributed import VLLMEngine
+                from .distributed import VLLMEngine, VLLMPolicy
 
                 engine = VLLMEngine(path, seed=cfg.seed, max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens + 8)
-                shared[path] = EnginePolicy(engine, AutoTokenizer.from_pretrained(path), cfg)
+                shared[path] = VLLMPolicy(
+                    engine,
+                    AutoTokenizer.from_pretrained(path),
+                    max_prompt_tokens=cfg.max_prompt_tokens,
+                    max_new_tokens=cfg.max_new_tokens,
+                    temperature=cfg.temperature,
+                    top_p=cfg.top_p,
+                )
             elif cfg.engine == "transformers":
                 from .policies import GenerationConfig, TransformersPolicy
 
@@ -392,7 +373,6 @@ def evaluate(
 
 __all__ = [
     "SUITES",
-    "EnginePolicy",
     "EvalConfig",
     "OpenAIPolicy",
     "build_policies",

@@ -320,11 +320,12 @@ class TrainerBase:
         stats = self.update(by_role)
         train_time = time.perf_counter() - t1
         sync_time = self.sync()
+        key = outcome_key(records)
         metrics: dict[str, Any] = {
             "iteration": iteration,
             "episodes": len(records),
             "reused_episodes": reused,
-            "accuracy": float(np.mean([bool(r.outcome.get(outcome_key(records))) for r in records])),
+            "accuracy": float(np.mean([bool(r.outcome.get(key)) for r in records])),
             **(
                 {"mean_quality": float(np.mean([float(r.outcome.get("quality", 0.0)) for r in records]))}
                 if any("quality" in r.outcome for r in records)

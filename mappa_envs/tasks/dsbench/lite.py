@@ -83,11 +83,6 @@ def _breast_cancer() -> pd.DataFrame:
     return df
 
 
-def _digits() -> pd.DataFrame:
-    df = _sk("load_digits", "digit")()
-    return df
-
-
 def _sm(name: str) -> pd.DataFrame:
     return getattr(_need("statsmodels.datasets"), name).load_pandas().data.copy()
 
@@ -203,7 +198,7 @@ LITE_TASKS: tuple[LiteSpec, ...] = (
         "pixel_<row>_<col>: 64 pixel intensities\ndigit: 0-9 (target)",
         f"{_SKL}: load_digits",
         _UCI,
-        _digits,
+        _sk("load_digits", "digit"),
     ),
     LiteSpec(
         "penguin-species",
@@ -481,12 +476,8 @@ def _frames(spec: LiteSpec) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, p
     answers = test[["id", spec.target]].reset_index(drop=True)
     kind = METRICS[spec.metric].kind
     y = train[spec.target]
-    if kind == "label":
-        fill: Any = y.value_counts().idxmax()
-    elif kind == "probability":
-        fill = round(float(y.mean()), 4)
-    else:
-        fill = round(float(y.mean()), 4)
+    # the trivial baseline's prediction: the majority class, or the mean (the class prior for probabilities)
+    fill: Any = y.value_counts().idxmax() if kind == "label" else round(float(y.mean()), 4)
     sample = pd.DataFrame({"id": answers["id"], spec.target: fill})
     return train.reset_index(drop=True), test.drop(columns=[spec.target]).reset_index(drop=True), sample, answers
 

@@ -201,26 +201,25 @@ def score_bytes(task: DSTask, data: bytes) -> Score:
 def score_workspace(task: DSTask, session: Any) -> Score:
     """Score the ``submission.csv`` of a sandbox session's workspace (read safely, never executed)."""
     ans = answers(task)
+
+    def invalid(reason: str) -> Score:
+        return Score(False, reason, task.metric, baseline=ans.baseline)
+
     link = session.workspace / SUBMISSION
     if link.is_symlink():
-        return Score(False, f"{SUBMISSION} is a symbolic link; it is not followed", task.metric, baseline=ans.baseline)
+        return invalid(f"{SUBMISSION} is a symbolic link; it is not followed")
     files = session.files()
     if SUBMISSION not in files:
-        if link.exists():
-            return Score(False, f"{SUBMISSION} is not a regular file", task.metric, baseline=ans.baseline)
-        return Score(False, f"no {SUBMISSION} in the workspace", task.metric, baseline=ans.baseline)
+        return invalid(f"{SUBMISSION} is not a regular file" if link.exists() else f"no {SUBMISSION} in the workspace")
     limit = max_submission_bytes(task)
     if files[SUBMISSION] > limit:
-        return Score(
-            False,
-            f"{SUBMISSION} is {files[SUBMISSION]} bytes, over the {limit}-byte limit for {len(ans.ids)} rows",
-            task.metric,
-            baseline=ans.baseline,
+        return invalid(
+            f"{SUBMISSION} is {files[SUBMISSION]} bytes, over the {limit}-byte limit for {len(ans.ids)} rows"
         )
     try:
         data = session.read_file(SUBMISSION, max_bytes=limit)
     except (OSError, ValueError) as e:
-        return Score(False, f"{SUBMISSION} could not be read: {e}", task.metric, baseline=ans.baseline)
+        return invalid(f"{SUBMISSION} could not be read: {e}")
     return score_bytes(task, data)
 
 

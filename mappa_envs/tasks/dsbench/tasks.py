@@ -17,6 +17,7 @@ task type is derived from the metric (the ``data_type`` labels of the reference 
 
 from __future__ import annotations
 
+import csv
 import json
 import warnings
 from dataclasses import dataclass, field
@@ -151,8 +152,6 @@ def _answer_file(folder: Path) -> Path | None:
 def _header(path: Path) -> list[str]:
     with open(path, encoding="utf-8", errors="replace") as f:
         line = f.readline()
-    import csv
-
     return [c.strip() for c in next(csv.reader([line]))] if line else []
 
 
