@@ -13,9 +13,22 @@ takes an :class:`AdvantageBatch` and keyword options and returns advantages of s
                    (the global batch of one role, or of all roles if the caller batches them together).
 ``outcome``        the same estimator with the episode's outcome (success / metric) as the sample's reward
                    instead of the coach's score: the outcome-only baseline.
-``grpo``           GRPO: ``A_i = (R_i - mean_g R) / (std_g R + eps)`` over the group ``g`` of samples of the same
-                   prompt, the same for every token of the sample. Groups of one sample have no baseline: they are
-                   refused with a reason, never silently zeroed.
+``grpo``           GRPO as the reference implementation runs it (ltjed/multiagent-coaching, MARTI's
+                   ``marti/trainers/experience_maker.py``, estimator ``group_norm``, itself OpenRLHF's): each
+                   sample's reward is normalised within its group, ``R'_i = (R_i - mean_g R) / (std_g R + 1e-9)``
+                   with the *unbiased* standard deviation (``torch.std``'s default, as there); then the same
+                   token rewards as REINFORCE++ (``-beta * KL_t``, k1, in the reward, not in the loss: the
+                   reference runs with ``use_kl_loss=False``) with ``R'_i`` on the last token, undiscounted
+                   return-to-go, and the same global whitening over the batch *after* grouping (as the reference
+                   does). So the three estimators differ only in the reward each sample carries.
+                   **Groups for multi-turn pipelines**: a group is every action of one agent in the samples of one
+                   task (``Sample.group_id`` = ``task|agent``), all turns pooled. Keyed by turn (the first version
+                   here) a code executor that took 2 turns in one sample and 1 in the other left its second turn
+                   alone in a group; pooled, every agent that acts in each of a task's ``k >= 2`` samples has a
+                   baseline of at least ``k`` actions. A group that still has one action (an agent that acted in
+                   only one sample, or whose other actions were masked) gets no group baseline: its reward part
+                   is 0 and :func:`singleton_groups` counts it (the trainers report ``grpo_singletons``).
+                   ``samples_per_prompt < 2`` is refused when the trainer is built (``baselines.checks``).
 =================  ==========================================================================================
 """
 
@@ -91,30 +104,53 @@ def outcome(batch: AdvantageBatch, *, beta: float = 0.01, eps: float = 1e-6) -> 
     return _masked_whiten(returns, mask, eps)
 
 
-def grpo(batch: AdvantageBatch, *, eps: float = 1e-6, use_outcome: bool = False, **_: object) -> torch.Tensor:
-    """Group-normalised sample reward, broadcast to the sample's tokens. See the module docstring."""
-    if batch.group_ids is None:
-        raise ValueError("GRPO needs group_ids: which samples share a prompt")
-    rewards = (batch.outcomes if use_outcome else batch.rewards).to(torch.float32)
+def groups_of(group_ids: list[str]) -> dict[str, list[int]]:
+    """Sample indices by group id, in first-seen order."""
     groups: dict[str, list[int]] = {}
-    for i, g in enumerate(batch.group_ids):
+    for i, g in enumerate(group_ids):
         groups.setdefault(g, []).append(i)
-    singles = [g for g, idx in groups.items() if len(idx) < 2]
-    if singles:
-        raise ValueError(
-            f"GRPO needs at least 2 samples per prompt; {len(singles)} group(s) have 1 (e.g. {singles[0]!r}). "
-            "With one sample its advantage would be 0 and nothing would be learned: raise samples_per_prompt, "
-            "or use reinforce_pp, whose global-batch baseline works with one sample per prompt."
-        )
-    adv = torch.zeros_like(rewards)
-    for idx in groups.values():
+    return groups
+
+
+def singleton_groups(group_ids: list[str]) -> int:
+    """How many samples are alone in their GRPO group (they get no group baseline)."""
+    return sum(len(idx) == 1 for idx in groups_of(group_ids).values())
+
+
+def group_normalized(rewards: torch.Tensor, group_ids: list[str], eps: float = 1e-9) -> torch.Tensor:
+    """``(R_i - mean_g R) / (std_g R + eps)`` per group (unbiased std, as the reference); 0 for a group of one."""
+    rewards = rewards.to(torch.float64)
+    out = torch.zeros_like(rewards)
+    for idx in groups_of(group_ids).values():
+        if len(idx) < 2:
+            continue
         r = rewards[idx]
-        adv[idx] = (r - r.mean()) / (r.std(unbiased=False) + eps)
-    return adv[:, None] * batch.mask.to(torch.float32)
+        out[idx] = (r - r.mean()) / (r.std() + eps)
+    return out.to(torch.float32)
+
+
+def grpo(batch: AdvantageBatch, *, beta: float = 0.01, eps: float = 1e-6, use_outcome: bool = False) -> torch.Tensor:
+    """GRPO (the reference's ``group_norm``): group-normalised rewards, then REINFORCE++'s KL, returns and global
+    whitening. See the module docstring."""
+    if batch.group_ids is None:
+        raise ValueError("GRPO needs group_ids: which samples share a task")
+    if len(batch.group_ids) != batch.mask.shape[0]:
+        raise ValueError(f"{len(batch.group_ids)} group ids for {batch.mask.shape[0]} samples")
+    rewards = batch.outcomes if use_outcome else batch.rewards
+    mask = batch.mask.to(torch.float32)
+    returns = returns_to_go(token_rewards(group_normalized(rewards, batch.group_ids), batch, beta), mask)
+    return _masked_whiten(returns, mask, eps)
 
 
 Estimator = Callable[..., torch.Tensor]
 ESTIMATORS: dict[str, Estimator] = {"reinforce_pp": reinforce_pp, "grpo": grpo, "outcome": outcome}
+OUTCOME_ONLY = {"outcome"}
+"""Estimators that never read the process (coach) reward."""
+
+
+def uses_process_reward(name: str) -> bool:
+    """Whether the estimator trains on the coach's (process) reward, so that coach fallbacks matter to it."""
+    return name not in OUTCOME_ONLY
 
 
 def compute_advantages(name: str, batch: AdvantageBatch, **options: object) -> torch.Tensor:
@@ -123,3 +159,59 @@ def compute_advantages(name: str, batch: AdvantageBatch, **options: object) -> t
     except KeyError:
         raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ESTIMATORS)}") from None
     return fn(batch, **options)
+
+
+@dataclass
+class RoleBatch:
+    """One role's samples as the trainers hold them: per-sample response log-probs of different lengths."""
+
+    rewards: list[float]
+    outcomes: list[float]
+    group_ids: list[str]
+    logp: list[torch.Tensor]
+    """[n_i] per sample: log-probs of its response tokens under the generating policy."""
+    ref_logp: list[torch.Tensor]
+    """[n_i] the same under the frozen reference."""
+
+
+def _left_aligned(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    out = torch.zeros(len(rows), width)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r.to(torch.float32)
+    return out
+
+
+def advantages_by_role(name: str, batches: dict[str, RoleBatch], *, scope: str = "role", **options: object):
+    """Per role, one advantage vector per sample (the length of its response), from the role's whole batch
+    (``scope='role'``, the reference: each agent trained separately) or from every role's samples together
+    (``scope='team'``, METHOD.md's option: one normalisation over the team)."""
+    if scope not in ("role", "team"):
+        raise ValueError(f"advantage scope must be 'role' or 'team', not {scope!r}")
+    groups = [[r] for r in batches] if scope == "role" else [list(batches)]
+    out: dict[str, list[torch.Tensor]] = {}
+    for roles in groups:
+        logp = [x for r in roles for x in batches[r].logp]
+        if not logp:
+            out.update({r: [] for r in roles})
+            continue
+        width = max(len(x) for x in logp)
+        lengths = torch.tensor([len(x) for x in logp])
+        mask = (torch.arange(width)[None, :] < lengths[:, None]).to(torch.float32)
+        adv = compute_advantages(
+            name,
+            AdvantageBatch(
+                rewards=torch.tensor([x for r in roles for x in batches[r].rewards], dtype=torch.float32),
+                outcomes=torch.tensor([x for r in roles for x in batches[r].outcomes], dtype=torch.float32),
+                mask=mask,
+                logp=_left_aligned(logp, width),
+                ref_logp=_left_aligned([x for r in roles for x in batches[r].ref_logp], width),
+                group_ids=[x for r in roles for x in batches[r].group_ids],
+            ),
+            **options,
+        )
+        row = 0
+        for r in roles:
+            n = len(batches[r].logp)
+            out[r] = [adv[row + i, : len(batches[r].logp[i])].clone() for i in range(n)]
+            row += n
+    return out

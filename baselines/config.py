@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,16 @@ class TrainConfig:
     model: str = "smollm2-135m"
     """Model of every role: 'smollm2-135m' (bundled), 'tiny-random' (tests), a folder, or an HF id on disk."""
     estimator: str = "reinforce_pp"
-    """Advantage estimator: reinforce_pp | grpo | outcome."""
+    """Advantage estimator: reinforce_pp | grpo | outcome (see :mod:`baselines.advantages`)."""
+    advantage_scope: str = "role"
+    """Where advantages are normalised: 'role' (each role's global batch, the reference) or 'team' (every role's
+    samples together, METHOD.md's option)."""
+    mask_coach_fallbacks: bool = True
+    """Leave actions whose coach evaluation is a fallback (no score parsed, the call failed) out of the loss. Their
+    5/10 is not a judgement, and after normalisation it is not neutral either. Counted per role in the metrics."""
+    truncated: str = "mask"
+    """Responses cut at ``max_new_tokens`` (no end-of-sequence token sampled): 'mask' leaves them out of the loss
+    (the reference's ``mask_truncated_completions``), 'keep' trains on the tokens sampled (no EOS added)."""
     coach: str = "rule"
     """Process-reward coach: 'rule' (RuleBasedCoach), 'none' (outcome-only runs), or 'package.module:factory' (a
     callable returning a coach, e.g. an ``LLMCoach`` on your server)."""
@@ -37,6 +47,11 @@ class TrainConfig:
     # --- optimisation (METHOD.md's reference values where it gives them)
     lr: float = 1e-6
     betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.0
+    """AdamW weight decay (the reference: 0; torch's default 0.01 would move weights on zero gradients)."""
+    warmup_ratio: float = 0.03
+    """Linear learning-rate warm-up over the first ``ceil(warmup_ratio * iterations)`` iterations (reference: 3%),
+    constant after it."""
     beta_kl: float = 0.01
     """Weight of the per-token KL penalty against the role's frozen reference model."""
     clip_eps: float = 0.2
@@ -72,6 +87,8 @@ class TrainConfig:
     parallel_updates: bool | None = None
     """Update all roles at once (None: on GPU yes; on CPU no, where they would share the same cores and the peak
     memory of three updates would add up)."""
+    memory_check: bool = True
+    """Refuse to start when the estimated peak memory (:mod:`baselines.checks`) exceeds what the machine has."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto' (cuda when available)."""
     dtype: str = "auto"
@@ -93,6 +110,17 @@ class TrainConfig:
     """Also log to Weights & Biases (needs ``wandb`` installed and configured)."""
     progress: bool = True
     """A tqdm progress bar over episodes (on stderr)."""
+
+    def warmup_iterations(self) -> int:
+        """Iterations of linear learning-rate warm-up: ``ceil(warmup_ratio * iterations)``."""
+        return math.ceil(self.warmup_ratio * self.iterations) if self.warmup_ratio > 0 else 0
+
+    def lr_at(self, iteration: int) -> float:
+        """Learning rate of ``iteration`` (0-based): ``lr * (i + 1) / (w + 1)`` during the ``w`` warm-up iterations
+        (so no step is taken at 0), then ``lr``. Counted in iterations, not optimiser steps: how many steps an
+        iteration takes depends on how many actions its episodes had."""
+        w = self.warmup_iterations()
+        return self.lr * (iteration + 1) / (w + 1) if iteration < w else self.lr
 
     def resolved_device(self) -> str:
         if self.device != "auto":

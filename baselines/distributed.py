@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .config import TrainConfig
+from .policies import Generation
 from .samples import Sample, prompt_ids, token_logprobs, tokenize_samples
 
 # ----------------------------------------------------------------------------------------------- batch balancing
@@ -85,13 +86,14 @@ class VLLMEngine:
 
     def generate(
         self, prompts: list[list[int]], *, max_tokens: int, temperature: float, top_p: float = 1.0
-    ) -> list[tuple[str, int]]:
-        """Replies (text, number of generated tokens) for token-id prompts, in order."""
+    ) -> list[tuple[str, list[int], str]]:
+        """Replies ``(text, sampled token ids, finish reason)`` for token-id prompts, in order. The ids include the
+        end-of-sequence token when generation stopped on it; the reason is ``"stop"`` or ``"length"``."""
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
         outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        return [(o.outputs[0].text, len(o.outputs[0].token_ids)) for o in outs]
+        return [(o.outputs[0].text, list(o.outputs[0].token_ids), o.outputs[0].finish_reason or "length") for o in outs]
 
     def load_weights(self, weights: dict[str, Any]) -> float:
         """Replace the model's weights (full, unsharded tensors by Hugging Face name); returns seconds taken."""
@@ -150,11 +152,11 @@ class VLLMPolicy:
         ref = generate.remote(prompts, **kwargs)
         return lambda: self._texts(ray.get(ref))
 
-    def _texts(self, replies: list[tuple[str, int]]) -> list[str]:
-        self.generated_tokens += sum(n for _, n in replies)
-        return [text for text, _ in replies]
+    def _texts(self, replies: list[tuple[str, list[int], str]]) -> list[Generation]:
+        self.generated_tokens += sum(len(ids) for _, ids, _ in replies)
+        return [Generation(text, ids, reason) for text, ids, reason in replies]
 
-    def generate(self, batch) -> list[str]:
+    def generate(self, batch) -> list[Generation]:
         return self.submit(batch)()
 
 
@@ -225,7 +227,7 @@ class RoleWorker:
         ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval()
         for p in ref.parameters():
             p.requires_grad_(False)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
         self.engine, *_ = deepspeed.initialize(
             model=model, optimizer=optimizer, config=deepspeed_config(cfg, world_size, train=True)
         )
@@ -261,29 +263,38 @@ class RoleWorker:
         with torch.no_grad():
             for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
                 b = self._to_device(self._batch(samples[sl]))
-                logp = token_logprobs(self.engine, b).float().cpu()
-                ref = logp if same else token_logprobs(self.ref, b).float().cpu()
+                logp = token_logprobs(self.engine, b, self.cfg.temperature).float().cpu()
+                ref = logp if same else token_logprobs(self.ref, b, self.cfg.temperature).float().cpu()
                 mask = b.response_mask.bool().cpu()
                 for i in range(len(samples[sl])):
                     out.append((logp[i][mask[i]], ref[i][mask[i]]))
         return out
 
     def train_step(
-        self, samples: list[Sample], advantages: list[Any], old_logp: list[Any], total_tokens: int, n_micro: int
+        self,
+        samples: list[Sample],
+        advantages: list[Any],
+        old_logp: list[Any],
+        total_tokens: int,
+        n_micro: int,
+        lr: float,
     ) -> dict[str, float]:
-        """One optimiser step over this rank's samples; the loss is the PPO clipped surrogate summed over tokens and
-        divided by the role's token count over all ranks (times the world size: ZeRO averages gradients)."""
+        """One optimiser step over this rank's samples at learning rate ``lr``; the loss is the PPO clipped surrogate
+        summed over tokens and divided by the role's token count over all ranks (times the world size: ZeRO averages
+        gradients)."""
         from .local_trainer import ppo_clip_loss
 
         torch = self._torch
         t0 = time.perf_counter()
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = lr
         self.engine.train()
         stats = {"loss": 0.0, "clip_frac": 0.0}
         scale = self.world_size / max(total_tokens, 1)
         tokens = 0
         for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
             b = self._to_device(self._batch(samples[sl]))
-            logp = token_logprobs(self.engine, b)
+            logp = token_logprobs(self.engine, b, self.cfg.temperature)
             if not samples[sl]:
                 self.engine.backward(logp.sum() * 0.0, scale_wrt_gas=False)
                 continue
@@ -309,6 +320,7 @@ class RoleWorker:
         if norm is None:
             norm = self.engine.get_global_grad_norm()
         stats.update(
+            lr=float(self.engine.get_lr()[0]),
             grad_norm=float(norm) if norm is not None else float("nan"),
             rank_tokens=tokens,
             rank_samples=len(samples),

@@ -5,10 +5,12 @@ For debugging and machines without Ray. It shares the estimators (:mod:`baseline
 
 1. roll out ``prompts_per_iteration x samples_per_prompt`` episodes with the current policies (generation batched
    per role), the coach scoring every action concurrently;
-2. turn every action into a sample of its role (prompt = the agent's full context at that turn);
-3. per role: log-probs under the generating policy and the frozen reference, advantages from the chosen estimator,
-   one pass of the PPO-style clipped loss (epsilon 0.2) in micro-batches with gradient accumulation, gradient
-   clipping, an AdamW step.
+2. turn every action into a sample of its role (prompt = the agent's full context at that turn, response = the
+   token ids the policy sampled), leaving out coach fallbacks and truncated responses (configurable);
+3. per role: log-probs under the generating policy and the frozen reference, at the sampling temperature;
+   advantages from the chosen estimator over the role's batch (or the team's); one pass of the PPO-style clipped
+   loss (epsilon 0.2) in micro-batches with gradient accumulation, gradient clipping, an AdamW step (no weight
+   decay, linear warm-up, as the reference).
 
 Each role has its own weights, reference and optimiser (``share_model=True`` shares one model across roles).
 """
@@ -22,13 +24,13 @@ from typing import Any
 
 import torch
 
-from .advantages import AdvantageBatch, compute_advantages
+from .advantages import RoleBatch, advantages_by_role
 from .config import TrainConfig
 from .loop import TrainerBase
 from .policies import GenerationConfig, TransformersPolicy
-from .samples import Sample, token_logprobs, tokenize_samples
+from .samples import Sample, TokenBatch, token_logprobs, tokenize_samples
 
-__all__ = ["LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss"]
+__all__ = ["LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss", "scatter_responses"]
 
 
 def ppo_clip_loss(
@@ -51,67 +53,74 @@ class RoleLearner:
         self.ref = copy.deepcopy(model).eval()
         for p in self.ref.parameters():
             p.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas)
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+        )
 
-    def update(self, samples: list[Sample]) -> dict[str, float]:
+    def batches(self, samples: list[Sample]) -> list[TokenBatch]:
         cfg = self.cfg
-        t0 = time.perf_counter()
-        batches = [
+        return [
             tokenize_samples(
                 samples[i : i + cfg.micro_batch], self.tokenizer, cfg.max_prompt_tokens, cfg.max_new_tokens + 1
             )
             for i in range(0, len(samples), cfg.micro_batch)
         ]
-        # One update per batch of fresh rollouts: the generating policy *is* the current model, so the old
-        # log-probs are the current ones (detached in the loss pass below; one forward pass saved). They are
-        # computed here too when the KL needs them, together with the reference's.
-        with torch.no_grad():
-            self.model.eval()
-            olds = [token_logprobs(self.model, b) for b in batches] if cfg.beta_kl else None
-            refs = [token_logprobs(self.ref, b) for b in batches] if cfg.beta_kl else None
-        # advantages over the role's whole batch (global normalisation), then split back into micro-batches
-        width = max(b.response_mask.shape[1] for b in batches)
 
-        def pad(x: torch.Tensor) -> torch.Tensor:
-            return torch.nn.functional.pad(x, (0, width - x.shape[1]))
+    @torch.no_grad()
+    def logprobs(self, batches: list[TokenBatch]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per sample: its response tokens' log-probs under the policy and under the reference (zeros when there is
+        no KL term: they are not needed then)."""
+        cfg = self.cfg
+        logp: list[torch.Tensor] = []
+        ref: list[torch.Tensor] = []
+        self.model.eval()
+        for b in batches:
+            mask = b.response_mask.bool()
+            if cfg.beta_kl:
+                lp = token_logprobs(self.model, b, cfg.temperature)
+                rf = token_logprobs(self.ref, b, cfg.temperature)
+            else:
+                lp = rf = torch.zeros(mask.shape)
+            logp += [lp[i][mask[i]] for i in range(len(mask))]
+            ref += [rf[i][mask[i]] for i in range(len(mask))]
+        return logp, ref
 
-        mask = torch.cat([pad(b.response_mask) for b in batches])
-        adv = compute_advantages(
-            cfg.estimator,
-            AdvantageBatch(
-                rewards=torch.tensor([s.reward for s in samples]),
-                outcomes=torch.tensor([s.outcome for s in samples]),
-                mask=mask,
-                logp=torch.cat([pad(o) for o in olds]) if olds else None,
-                ref_logp=torch.cat([pad(r) for r in refs]) if refs else None,
-                group_ids=[s.group_id for s in samples],
-            ),
-            **({} if cfg.estimator == "grpo" else {"beta": cfg.beta_kl}),
-        )
+    def step(self, batches: list[TokenBatch], advantages: list[torch.Tensor], lr: float) -> dict[str, float]:
+        """One optimiser step: the PPO-clipped loss, averaged over the role's response tokens, against the policy
+        that generated the samples (the current weights: ratio 1 in this single pass)."""
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        total = float(mask.sum())
-        stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0}
+        total = float(sum(b.response_mask.sum() for b in batches))
+        stats = {"loss": 0.0, "clip_frac": 0.0}
         row = 0
-        for i, b in enumerate(batches):
-            n = b.input_ids.shape[0]
-            a = adv[row : row + n, : b.response_mask.shape[1]]
-            row += n
-            logp = token_logprobs(self.model, b)
-            old = logp.detach()
-            loss, info = ppo_clip_loss(logp, old, a, b.response_mask, cfg.clip_eps)
+        for b in batches:
+            logp = token_logprobs(self.model, b, cfg.temperature)
+            adv = scatter_responses(advantages[row : row + len(b.input_ids)], b.response_mask)
+            row += len(b.input_ids)
+            loss, info = ppo_clip_loss(logp, logp.detach(), adv, b.response_mask, cfg.clip_eps)
             weight = float(b.response_mask.sum()) / max(total, 1.0)
             (loss * weight).backward()
             stats["loss"] += float(loss.detach()) * weight
             stats["clip_frac"] += info["clip_frac"] * weight
-            if refs is not None:
-                stats["kl"] += float(((old - refs[i]) * b.response_mask).sum()) / max(total, 1.0)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.model.eval()
         elapsed = time.perf_counter() - t0
-        stats.update(grad_norm=float(grad_norm), samples=len(samples), tokens=total, train_tok_s=total / elapsed)
+        stats.update(grad_norm=float(grad_norm), lr=lr, train_tok_s=total / elapsed if elapsed else 0.0)
         return stats
+
+
+def scatter_responses(rows: list[torch.Tensor], response_mask: torch.Tensor) -> torch.Tensor:
+    """Per-sample response vectors placed at their tokens' positions of a ``[B, L-1]`` response mask."""
+    out = torch.zeros(response_mask.shape, dtype=torch.float32, device=response_mask.device)
+    mask = response_mask.bool()
+    for i, r in enumerate(rows):
+        out[i][mask[i]] = r.to(out)
+    return out
 
 
 class LocalTrainer(TrainerBase):
@@ -153,7 +162,37 @@ class LocalTrainer(TrainerBase):
         }
 
     def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
-        return {role: self.learners[role].update(samples) for role, samples in by_role.items()}
+        cfg = self.cfg
+        batches = {role: self.learners[role].batches(ss) for role, ss in by_role.items() if ss}
+        inputs: dict[str, RoleBatch] = {}
+        for role, bs in batches.items():
+            logp, ref = self.learners[role].logprobs(bs)
+            ss = by_role[role]
+            inputs[role] = RoleBatch(
+                [s.reward for s in ss], [s.outcome for s in ss], [s.group_id for s in ss], logp, ref
+            )
+        advantages = advantages_by_role(cfg.estimator, inputs, scope=cfg.advantage_scope, beta=cfg.beta_kl)
+        out: dict[str, dict[str, float]] = {}
+        for role, ss in by_role.items():
+            if not ss:
+                out[role] = {"skipped": 1, "samples": 0, "tokens": 0}
+                continue
+            adv, inp = advantages[role], inputs[role]
+            tokens = sum(len(a) for a in adv)
+            meta = {
+                "samples": len(ss),
+                "tokens": tokens,
+                "kl": float(sum((a - b).sum() for a, b in zip(inp.logp, inp.ref_logp, strict=True))) / max(tokens, 1),
+                "adv_abs_mean": float(sum(a.abs().sum() for a in adv)) / max(tokens, 1),
+            }
+            if max(float(a.abs().max()) for a in adv) < 1e-8:
+                # every advantage is 0 (equal rewards, no KL): the gradient is exactly 0, and an Adam step on it
+                # would still move the weights by its momentum: skip the step
+                out[role] = {"skipped": 1, "loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, **meta}
+                continue
+            step = self.learners[role].step(batches[role], adv, cfg.lr_at(self.iteration))
+            out[role] = {"skipped": 0, **step, **meta}
+        return out
 
     def save_state(self, path: Path) -> None:
         # the policies generate with the learners' own modules: nothing to sync, the state is the learners'

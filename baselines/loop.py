@@ -36,10 +36,11 @@ import mappa_envs
 from mappa_envs.core import EpisodeRecord
 from mappa_envs.metrics import outcome_key
 
+from .advantages import singleton_groups, uses_process_reward
 from .config import TrainConfig
 from .policies import Policy
 from .rollout import run_episodes
-from .samples import Sample, samples_from_episodes
+from .samples import Sample, coach_counts, samples_from_episodes, select_trainable
 
 
 class TrajectoryStore:
@@ -92,8 +93,10 @@ def role_metrics(records: list[EpisodeRecord], role: str, samples: list[Sample])
     """Behaviour of one role over an iteration's episodes (the paper's statistics)."""
     tool = [c for r in records for a in r.actions if a.role == role for c in a.tool_calls]
     acts = [a for r in records for a in r.actions if a.role == role]
+    scores = [float(s.coach["score"]) for s in samples if s.coach] or [s.reward * 10 for s in samples]
     return {
-        "mean_coach_score": float(np.mean([s.reward for s in samples]) * 10) if samples else 0.0,
+        "mean_coach_score": float(np.mean(scores)) if scores else 0.0,
+        "mean_reward": float(np.mean([s.reward for s in samples])) if samples else 0.0,
         "tool_call_rate": sum(bool(a.tool_calls) for a in acts) / len(acts) if acts else 0.0,
         "tool_success_rate": (sum(c.result.ok for c in tool) / len(tool)) if tool else 0.0,
         "response_chars": float(np.mean([len(s.response) for s in samples])) if samples else 0.0,
@@ -110,12 +113,20 @@ class TrainerBase:
         self.roles = [r.name for r in probe.unwrapped.roles]
         self.n_tasks = len(probe.unwrapped.tasks)
         probe.close()
+        if cfg.estimator == "grpo" and cfg.samples_per_prompt < 2:
+            raise ValueError(
+                f"GRPO needs at least 2 samples per prompt (samples_per_prompt={cfg.samples_per_prompt}): its "
+                "baseline is the mean reward of a task's samples. Raise samples_per_prompt, or use reinforce_pp, "
+                "whose global-batch baseline works with one sample per prompt."
+            )
         if cfg.prompts_per_iteration > self.n_tasks:
             raise ValueError(f"prompts_per_iteration={cfg.prompts_per_iteration} > {self.n_tasks} tasks in the pool")
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.store = TrajectoryStore(self.out)
         self._writers: list[Any] = []
+        self.iteration = 0
+        """The iteration being trained (its learning rate: ``cfg.lr_at(iteration)``)."""
 
     # ----------------------------------------------------------------- to implement
     def policies(self) -> Mapping[str, Policy]:
@@ -187,13 +198,30 @@ class TrainerBase:
         return [stored[i] for i in range(n)], n - len(todo)
 
     # ----------------------------------------------------------------- evaluation
-    def evaluate(self, split: str, episodes: int, *, seed: int = 123) -> dict[str, Any]:
-        """Held-out episodes (tasks 0..episodes-1 of ``split``) with the current policies at
-        ``eval_temperature``, no coach."""
+    def evaluate(self, split: str | None, episodes: int, *, seed: int = 123) -> dict[str, Any]:
+        """Held-out episodes with the current policies at ``eval_temperature``, no coach: tasks 0..episodes-1 of
+        the held-out version of the training env, as its task declares it (:func:`mappa_envs.heldout.
+        heldout_env_kwargs`). ``split`` (``cfg.eval_split``) picks the held-out split of a task with named splits;
+        a task without ignores it. Each held-out task runs at most once: ``episodes`` is capped at their number.
+        Raises :class:`mappa_envs.heldout.NoHeldOutTasks` when the task declares none."""
+        import warnings
+
+        from mappa_envs.heldout import heldout_env_kwargs
         from mappa_envs.metrics import accuracy, role_stats
 
+        kwargs = heldout_env_kwargs(self.cfg.env_id, self.cfg.env_kwargs, split)
+        probe = mappa_envs.make(self.cfg.env_id, **kwargs)
+        task_ids = [t.id for t in probe.unwrapped.tasks]
+        probe.close()
+        if episodes > len(task_ids):
+            warnings.warn(
+                f"{episodes} evaluation episodes asked for, but {self.cfg.env_id} has {len(task_ids)} held-out "
+                f"tasks ({kwargs}): evaluating each once",
+                stacklevel=2,
+            )
+            episodes = len(task_ids)
         records = run_episodes(
-            lambda: mappa_envs.make(self.cfg.env_id, **{**self.cfg.env_kwargs, "split": split}),
+            lambda: mappa_envs.make(self.cfg.env_id, **kwargs),
             self.eval_policies(self.cfg.eval_temperature),
             episodes,
             seed=seed,
@@ -207,12 +235,13 @@ class TrainerBase:
         extra = {"mean_quality": sum(quality) / len(quality)} if quality else {}
         return {
             **extra,
-            "split": split,
+            "split": kwargs.get("split"),  # the held-out split evaluated (None: a task without named splits)
             "accuracy": k / n if n else 0.0,
             "correct": k,
             "episodes": n,
             "code_rate": ce.code_rate if ce else 0.0,
             "tool_success_rate": ce.tool_success_rate if ce else 0.0,
+            "task_ids": [r.task_id for r in records],
         }
 
     # ----------------------------------------------------------------- checkpoints
@@ -315,7 +344,19 @@ class TrainerBase:
         records, reused = self.rollout(iteration)
         gen_time = time.perf_counter() - t0
         generated = self.generated_tokens() - gen_before
-        by_role = samples_from_episodes(records)
+        cfg = self.cfg
+        every = samples_from_episodes(records)
+        by_role: dict[str, list[Sample]] = {}
+        masked: dict[str, dict[str, int]] = {}
+        for role, samples in every.items():
+            by_role[role], masked[role] = select_trainable(
+                samples,
+                mask_fallbacks=cfg.mask_coach_fallbacks and uses_process_reward(cfg.estimator),
+                mask_truncated=cfg.truncated == "mask",
+            )
+            if cfg.estimator == "grpo":
+                masked[role]["grpo_singletons"] = singleton_groups([s.group_id for s in by_role[role]])
+        self.iteration = iteration
         t1 = time.perf_counter()
         stats = self.update(by_role)
         train_time = time.perf_counter() - t1
@@ -336,8 +377,13 @@ class TrainerBase:
             "sync_s": sync_time,
             "gen_tok_s": generated / gen_time if generated else 0.0,
         }
-        for role, samples in by_role.items():
-            metrics[role] = {**role_metrics(records, role, samples), **stats.get(role, {})}
+        for role, samples in every.items():
+            metrics[role] = {
+                **role_metrics(records, role, samples),
+                **coach_counts(samples),
+                **masked[role],
+                **stats.get(role, {}),
+            }
         return metrics
 
     def train(self, on_iteration=None) -> list[dict[str, Any]]:

@@ -3,6 +3,9 @@
 :class:`Policy` is the whole interface; rollouts batch every env instance whose current agent shares a policy
 into one ``generate`` call. :class:`TransformersPolicy` runs a local causal LM; :class:`ScriptedPolicy` replays
 fixed replies or calls a function (tests, scripted baselines, credit-assignment scenarios).
+
+A policy that samples from a model returns :class:`Generation` replies: text that also carries the token ids it
+sampled and why it stopped, so that training uses exactly those tokens (see :mod:`baselines.samples`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,24 @@ from typing import Protocol, runtime_checkable
 from mappa_envs.core import Message
 
 Conversation = Sequence[Message]
+
+
+class Generation(str):
+    """A reply: the text, plus the ``token_ids`` the policy sampled (with the end-of-sequence token when it stopped
+    on one) and the ``finish_reason``: ``"stop"`` (it sampled EOS or a stop string) or ``"length"`` (cut at
+    ``max_new_tokens``). A ``str``, so every consumer of text takes it as it is."""
+
+    token_ids: tuple[int, ...]
+    finish_reason: str
+
+    def __new__(cls, text: str, token_ids: Sequence[int], finish_reason: str) -> Generation:
+        self = super().__new__(cls, text)
+        self.token_ids = tuple(int(t) for t in token_ids)
+        self.finish_reason = finish_reason
+        return self
+
+    def __reduce__(self):  # pickles (Ray) as a Generation, not as a plain str
+        return (Generation, (str(self), self.token_ids, self.finish_reason))
 
 
 @runtime_checkable
@@ -106,10 +127,10 @@ class TransformersPolicy:
     def _prompt(self, conversation: Conversation) -> str:
         return self.tokenizer.apply_chat_template(list(conversation), tokenize=False, add_generation_prompt=True)
 
-    def generate(self, batch: Sequence[Conversation]) -> list[str]:
+    def generate(self, batch: Sequence[Conversation]) -> list[Generation]:
         torch = self._torch
         cfg = self.config
-        out: list[str] = []
+        out: list[Generation] = []
         for start in range(0, len(batch), cfg.batch_size):
             prompts = [self._prompt(c) for c in batch[start : start + cfg.batch_size]]
             enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
@@ -127,7 +148,19 @@ class TransformersPolicy:
                     pad_token_id=self.tokenizer.pad_token_id,
                 )
             self.model.train(was_training)
-            new = ids[:, enc["input_ids"].shape[1] :]
-            self.generated_tokens += int((new != self.tokenizer.pad_token_id).sum())
-            out.extend(self.tokenizer.batch_decode(new, skip_special_tokens=True))
+            eos = self._eos_ids()
+            for row in ids[:, enc["input_ids"].shape[1] :].tolist():
+                # generate() pads finished rows (pad may equal EOS): keep up to and including the first EOS
+                end = next((i for i, t in enumerate(row) if t in eos), None)
+                sampled = row if end is None else row[: end + 1]
+                self.generated_tokens += len(sampled)
+                text = self.tokenizer.decode(sampled, skip_special_tokens=True)
+                out.append(Generation(text, sampled, "length" if end is None else "stop"))
         return out
+
+    def _eos_ids(self) -> set[int]:
+        eos = self.model.generation_config.eos_token_id
+        ids = set(eos if isinstance(eos, list) else [eos]) if eos is not None else set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids

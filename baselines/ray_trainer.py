@@ -29,11 +29,11 @@ from typing import Any
 
 import torch
 
-from .advantages import AdvantageBatch, compute_advantages
+from .advantages import RoleBatch, advantages_by_role
 from .config import TrainConfig
 from .distributed import RoleWorker, VLLMEngine, VLLMPolicy, balance
 from .loop import TrainerBase
-from .samples import Sample, prompt_ids
+from .samples import Sample, prompt_ids, response_ids
 
 _ACTOR_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -151,13 +151,14 @@ class RayTrainer(TrainerBase):
     # ------------------------------------------------------------------ update
     def _cost(self, s: Sample) -> int:
         n_prompt = min(len(prompt_ids(self.tokenizer, s.messages)), self.cfg.max_prompt_tokens)
-        return n_prompt + min(
-            len(self.tokenizer(s.response, add_special_tokens=False)["input_ids"]) + 1, self.cfg.max_new_tokens + 1
-        )
+        return n_prompt + min(len(response_ids(s, self.tokenizer)), self.cfg.max_new_tokens + 1)
 
     def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
+        """Log-probs (every role), advantages (per role or over the team), then one PPO-clipped step per
+        mini-batch of ``train_batch`` samples per role."""
         ray, cfg = self._ray, self.cfg
         W = cfg.world_size
+        by_role = {role: samples for role, samples in by_role.items() if samples}
         plan: dict[str, tuple[list[list[int]], int, list[int]]] = {}
         for role, samples in by_role.items():
             costs = [self._cost(s) for s in samples]
@@ -172,59 +173,64 @@ class RayTrainer(TrainerBase):
                 for w, shard in zip(self.workers[role], plan[role][0], strict=True)
             ]
 
-        # log-probs under policy and reference: every role at once, or (CPU) one role after the other
+        # 1. log-probs under policy and reference: every role at once, or (CPU) one role after the other
         lp_refs = {role: logprobs(role) for role in by_role} if parallel else {}
-        train_refs, meta = {}, {}
+        inputs: dict[str, RoleBatch] = {}
         for role, samples in by_role.items():
-            shards, _, _ = plan[role]
             logp: list[Any] = [None] * len(samples)
             ref: list[Any] = [None] * len(samples)
-            for shard, rows in zip(shards, ray.get(lp_refs[role] if parallel else logprobs(role)), strict=True):
+            rows_by_rank = ray.get(lp_refs[role] if parallel else logprobs(role))
+            for shard, rows in zip(plan[role][0], rows_by_rank, strict=True):
                 for i, (lp, rf) in zip(shard, rows, strict=True):
                     logp[i], ref[i] = lp, rf
-            adv = self._advantages(samples, logp, ref)
+            inputs[role] = RoleBatch(
+                [s.reward for s in samples], [s.outcome for s in samples], [s.group_id for s in samples], logp, ref
+            )
+        # 2. advantages in the driver, over each role's whole batch (or the team's)
+        advantages = advantages_by_role(cfg.estimator, inputs, scope=cfg.advantage_scope, beta=cfg.beta_kl)
+        # 3. updates
+        lr = cfg.lr_at(self.iteration)
+        train_refs, meta = {}, {}
+        for role, samples in by_role.items():
+            adv, logp, ref = advantages[role], inputs[role].logp, inputs[role].ref_logp
             total = sum(len(x) for x in logp)
+            meta[role] = {
+                "kl": float(sum((a - b).sum() for a, b in zip(logp, ref, strict=True)) / max(total, 1)),
+                "adv_abs_mean": float(sum(a.abs().sum() for a in adv)) / max(total, 1),
+                "tokens": total,
+                "samples": len(samples),
+            }
+            train_refs[role] = []
             if max(float(a.abs().max()) for a in adv) < 1e-8:
-                # every advantage is 0 (equal rewards, no KL yet): the gradient is exactly 0, skip the passes
-                train_refs[role] = []
-            else:
-                # one optimiser step per mini-batch of `train_batch` samples (default: the whole batch), each
-                # balanced over the ranks; an actor runs its calls in order, so they queue up correctly
-                costs = plan[role][2]
-                train_refs[role] = []
-                for idx in _mini_batches(len(samples), cfg.train_batch, cfg.seed):
-                    sub = balance([costs[i] for i in idx], W)
-                    shards_g = [[idx[j] for j in sh] for sh in sub]
-                    n_mb = max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards_g))
-                    step_tokens = sum(len(logp[i]) for i in idx)
-                    train_refs[role].append(
-                        [
-                            w.train_step.remote(
-                                [samples[i] for i in shard],
-                                [adv[i] for i in shard],
-                                [logp[i] for i in shard],
-                                step_tokens,
-                                n_mb,
-                            )
-                            for w, shard in zip(self.workers[role], shards_g, strict=True)
-                        ]
-                    )
-            kl = float(sum((a - b).sum() for a, b in zip(logp, ref, strict=True)) / max(total, 1))
-            meta[role] = {"kl": kl, "tokens": total, "samples": len(samples)}
+                continue  # every advantage is 0 (equal rewards, no KL yet): the gradient is exactly 0, no step
+            # one optimiser step per mini-batch of `train_batch` samples (default: the whole batch), each balanced
+            # over the ranks; an actor runs its calls in order, so they queue up correctly
+            costs = plan[role][2]
+            for idx in _mini_batches(len(samples), cfg.train_batch, cfg.seed):
+                sub = balance([costs[i] for i in idx], W)
+                shards_g = [[idx[j] for j in sh] for sh in sub]
+                n_mb = max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards_g))
+                step_tokens = sum(len(logp[i]) for i in idx)
+                train_refs[role].append(
+                    [
+                        w.train_step.remote(
+                            [samples[i] for i in shard],
+                            [adv[i] for i in shard],
+                            [logp[i] for i in shard],
+                            step_tokens,
+                            n_mb,
+                            lr,
+                        )
+                        for w, shard in zip(self.workers[role], shards_g, strict=True)
+                    ]
+                )
             pending = [r for step in train_refs[role] for r in step]
             if not parallel and pending:
                 ray.wait(pending, num_returns=len(pending))  # its peak memory passes before the next role starts
         out: dict[str, dict[str, float]] = {}
         for role, refs in train_refs.items():
             if not refs:
-                out[role] = {
-                    "skipped": 1,
-                    "loss": 0.0,
-                    "clip_frac": 0.0,
-                    "grad_norm": 0.0,
-                    "train_tok_s": 0.0,
-                    **meta[role],
-                }
+                out[role] = {"skipped": 1, "loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, **meta[role]}
                 continue
             steps = [ray.get(step) for step in refs]  # per step, per rank
             self._stale.add(role)
@@ -239,6 +245,7 @@ class RayTrainer(TrainerBase):
                 )
                 / max(n, 1),
                 "grad_norm": float(sum(ranks[0]["grad_norm"] for ranks in steps) / len(steps)),
+                "lr": steps[-1][0]["lr"],
                 "optimizer_steps": len(steps),
                 "rank_tokens_max": max(sum(ranks[k]["rank_tokens"] for ranks in steps) for k in range(W)),
                 "rank_tokens_min": min(sum(ranks[k]["rank_tokens"] for ranks in steps) for k in range(W)),
@@ -247,31 +254,6 @@ class RayTrainer(TrainerBase):
                 **meta[role],
             }
         return out
-
-    def _advantages(self, samples: list[Sample], logp: list[Any], ref: list[Any]) -> list[Any]:
-        """Per-sample advantage vectors from the role's whole batch (responses left-aligned, padded)."""
-        cfg = self.cfg
-        width = max(len(x) for x in logp)
-        mask = torch.zeros(len(samples), width)
-        lp = torch.zeros(len(samples), width)
-        rf = torch.zeros(len(samples), width)
-        for i, (a, b) in enumerate(zip(logp, ref, strict=True)):
-            mask[i, : len(a)] = 1
-            lp[i, : len(a)] = a
-            rf[i, : len(b)] = b
-        adv = compute_advantages(
-            cfg.estimator,
-            AdvantageBatch(
-                rewards=torch.tensor([s.reward for s in samples]),
-                outcomes=torch.tensor([s.outcome for s in samples]),
-                mask=mask,
-                logp=lp,
-                ref_logp=rf,
-                group_ids=[s.group_id for s in samples],
-            ),
-            **({} if cfg.estimator == "grpo" else {"beta": cfg.beta_kl}),
-        )
-        return [adv[i, : len(a)].clone() for i, a in enumerate(logp)]
 
     # ------------------------------------------------------------------ weights
     def sync(self) -> float:

@@ -3,6 +3,9 @@
 Each slot holds one env. At every round the slots are grouped by the policy of their current agent, each group's
 conversations go to that policy in one ``generate`` call, and each reply is stepped into its env. Finished
 episodes are collected and the slot starts the next episode until ``n_episodes`` are done.
+
+When a policy returns :class:`baselines.policies.Generation` replies, the token ids it sampled and its finish
+reason are kept in the action's ``info["generation"]`` (what training trains on).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 from mappa_envs.core import EpisodeRecord
 
-from .policies import Policy
+from .policies import Generation, Policy
 
 
 def policy_for(policies: Policy | Mapping[str, Policy], agent: str, role: str) -> Policy:
@@ -87,7 +90,14 @@ def run_episodes(
                     raise RuntimeError(f"policy returned {len(replies)} replies for {len(slots)} conversations")
                 for slot, reply in zip(slots, replies, strict=True):
                     env = envs[slot]
+                    actions = env.unwrapped.record.actions
+                    before = len(actions)
                     env.step(reply)
+                    if isinstance(reply, Generation) and len(actions) > before:
+                        actions[-1].info["generation"] = {
+                            "token_ids": list(reply.token_ids),
+                            "finish_reason": reply.finish_reason,
+                        }
                     if env.terminations[env.agent_selection] or env.truncations[env.agent_selection]:
                         finished.append(slot)
             # Episodes that ended this round are closed only now: a wrapper that scores asynchronously (the

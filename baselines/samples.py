@@ -5,6 +5,14 @@ task, earlier agents' work, its own earlier turns and their tool feedback), and 
 reference implementation stored an agent's second and later actions with the previous action's text as the
 prompt; that is the bug this layout avoids.)
 
+A sample trains on what the policy *sampled*: the token ids the engine generated (stored by the rollout in the
+action's ``info["generation"]``), with no end-of-sequence token added where the engine did not sample one (a
+response cut at ``max_new_tokens``, ``truncated``). Only actions without stored ids (scripted policies, rollouts
+stored before ids were kept) are re-tokenised from their text, with EOS appended, and flagged ``retokenized``.
+
+Its reward is the reward the (wrapped) env gave the action (``ActionRecord.reward``): the coach's score / 10, or a
+``MixedRewardWrapper``'s mix of it with the outcome, or the env's own reward without a coach.
+
 :func:`tokenize_samples` turns samples into right-padded tensors with a mask over the response tokens only.
 """
 
@@ -29,14 +37,26 @@ class Sample:
     messages: list[Message]
     response: str
     reward: float
-    """Process reward of the action: the coach's score / 10 when present, else the action's own reward."""
+    """The reward the wrapped env gave the action (coach score / 10, a mix with the outcome, or the env's own)."""
     outcome: float
     """The episode's outcome (1/0 for correct/success, or a quality in [0, 1])."""
+    response_ids: list[int] | None = None
+    """Token ids the policy sampled (EOS included when it stopped on one); None: re-tokenise ``response``."""
+    truncated: bool = False
+    """Generation stopped at ``max_new_tokens`` (no EOS sampled)."""
+    coach: dict[str, Any] | None = None
+    """The coach's evaluation of the action (``CoachEvaluation.to_dict()``), when there was a coach."""
+
+    @property
+    def coach_fallback(self) -> bool:
+        """The coach's score is a fallback (no score parsed, the call failed), not a judgement."""
+        return bool(self.coach and self.coach.get("fallback_used"))
 
     @property
     def group_id(self) -> str:
-        """Samples that answer the same prompt slot: same task, agent and turn (GRPO's groups)."""
-        return f"{self.task_id}|{self.agent}|{self.turn}"
+        """GRPO's group: every action of this agent in the samples of this task (all turns pooled; see
+        :mod:`baselines.advantages`)."""
+        return f"{self.task_id}|{self.agent}"
 
 
 def episode_outcome(rec: EpisodeRecord) -> float:
@@ -52,8 +72,7 @@ def samples_from_episodes(records: Iterable[EpisodeRecord]) -> dict[str, list[Sa
     for rec in records:
         outcome = episode_outcome(rec)
         for act in rec.actions:
-            coach = act.info.get("coach")
-            reward = float(coach["reward"]) if coach else float(act.reward)
+            gen = act.info.get("generation") or {}
             by_role[act.role].append(
                 Sample(
                     role=act.role,
@@ -64,11 +83,54 @@ def samples_from_episodes(records: Iterable[EpisodeRecord]) -> dict[str, list[Sa
                     turn=act.turn,
                     messages=act.messages,
                     response=act.output,
-                    reward=reward,
+                    reward=float(act.reward),
                     outcome=outcome,
+                    response_ids=list(gen["token_ids"]) if "token_ids" in gen else None,
+                    truncated=gen.get("finish_reason") == "length",
+                    coach=act.info.get("coach"),
                 )
             )
     return dict(by_role)
+
+
+def coach_counts(samples: Sequence[Sample]) -> dict[str, int]:
+    """What the coach did for these actions: evaluations, requests sent (1 + retries + a re-prompt each, none when
+    cached), retries, re-prompts, lenient parses and fallbacks (read from each action's stored evaluation)."""
+    evs = [s.coach for s in samples if s.coach]
+    return {
+        "coach_evaluations": len(evs),
+        "coach_calls": sum(
+            0 if e.get("cached") else 1 + int(e.get("retries", 0)) + bool(e.get("reprompted")) for e in evs
+        ),
+        "coach_retries": sum(int(e.get("retries", 0)) for e in evs),
+        "coach_reprompts": sum(bool(e.get("reprompted")) for e in evs),
+        "coach_lenient": sum(e.get("parse") == "lenient" for e in evs),
+        "coach_fallbacks": sum(bool(e.get("fallback_used")) for e in evs),
+    }
+
+
+def select_trainable(
+    samples: Sequence[Sample], *, mask_fallbacks: bool, mask_truncated: bool
+) -> tuple[list[Sample], dict[str, int]]:
+    """The samples the loss sees, and how many were masked and why. A masked sample contributes nothing: not to
+    the loss, nor to the advantage normalisation (it is left out before advantages are computed).
+
+    ``mask_fallbacks``: actions whose coach evaluation is a fallback (their reward is a neutral 5/10 that no one
+    judged). ``mask_truncated``: responses cut at ``max_new_tokens``."""
+    kept, fallbacks, truncated = [], 0, 0
+    for s in samples:
+        if mask_fallbacks and s.coach_fallback:
+            fallbacks += 1
+        elif mask_truncated and s.truncated:
+            truncated += 1
+        else:
+            kept.append(s)
+    return kept, {
+        "masked_fallbacks": fallbacks,
+        "masked_truncated": truncated,
+        "masked_actions": fallbacks + truncated,
+        "truncated_responses": sum(s.truncated for s in samples),
+    }
 
 
 @dataclass
@@ -91,16 +153,14 @@ def prompt_ids(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
 def tokenize_samples(
     samples: Sequence[Sample], tokenizer: Any, max_prompt_tokens: int = 2048, max_response_tokens: int = 512
 ) -> TokenBatch:
-    """Chat-template each prompt, append the response and EOS; truncate prompts from the left, responses from the
-    right; pad on the right."""
+    """Chat-template each prompt (truncated from the left, as the policies do) and append the response's token ids
+    (:func:`response_ids`, at most ``max_response_tokens``); pad on the right."""
     import torch
 
     rows, starts = [], []
     for s in samples:
         prompt = prompt_ids(tokenizer, s.messages)[-max_prompt_tokens:]
-        response = tokenizer(s.response, add_special_tokens=False)["input_ids"][: max_response_tokens - 1]
-        response = [*response, tokenizer.eos_token_id]
-        rows.append(prompt + response)
+        rows.append(prompt + response_ids(s, tokenizer)[:max_response_tokens])
         starts.append(len(prompt))
     width = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -114,10 +174,20 @@ def tokenize_samples(
     return TokenBatch(ids, attn, resp, sum(starts), int(resp.sum()))
 
 
-def token_logprobs(model: Any, batch: TokenBatch) -> Any:
-    """Log-probability of every next token under ``model``: ``[B, L-1]``, meaningful where
-    ``batch.response_mask`` is 1 (elsewhere 0). Logits are computed only from the earliest response position on
-    (``logits_to_keep``): the vocabulary projection of long prompts is the costly part and is not needed."""
+def response_ids(sample: Sample, tokenizer: Any) -> list[int]:
+    """The ids the policy sampled, as they were (no EOS added to a truncated response); for a sample without them,
+    the response re-tokenised with EOS appended."""
+    if sample.response_ids is not None:
+        return list(sample.response_ids)
+    return [*tokenizer(sample.response, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+
+
+def token_logprobs(model: Any, batch: TokenBatch, temperature: float = 1.0) -> Any:
+    """Log-probability of every next token under ``model`` at the sampling ``temperature`` (logits / T, as the
+    rollouts sampled them; OpenRLHF and verl do the same): ``[B, L-1]``, meaningful where ``batch.response_mask``
+    is 1 (elsewhere 0). Logits are computed only from the earliest response position on (``logits_to_keep``): the
+    vocabulary projection of long prompts is the costly part and is not needed. ``temperature <= 0`` (greedy) is
+    taken as 1."""
     import torch
 
     width = batch.input_ids.shape[1]
@@ -126,6 +196,8 @@ def token_logprobs(model: Any, batch: TokenBatch) -> Any:
     keep = width - first  # logits for positions first .. width-1 (the last one predicts nothing and is dropped)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep).logits
     logits = logits[:, :-1].float()
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
     targets = batch.input_ids[:, first + 1 :]
     picked = torch.gather(logits, 2, targets[:, :, None]).squeeze(2) - torch.logsumexp(logits, dim=-1)
     out = torch.zeros(batch.input_ids.shape[0], width - 1, dtype=picked.dtype, device=picked.device)

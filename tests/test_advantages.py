@@ -63,16 +63,53 @@ def test_outcome_uses_the_episode_outcome():
 def test_grpo_group_baseline_by_hand():
     mask = torch.tensor([[1, 1], [1, 0], [1, 1], [1, 1]])
     batch = AdvantageBatch(torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.zeros(4), mask, group_ids=["a", "a", "b", "b"])
-    adv = compute_advantages("grpo", batch)
-    # group a: rewards 1, 0 -> mean .5, std .5 -> +1, -1; group b: equal rewards -> 0
-    expected = torch.tensor([[1.0, 1.0], [-1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
-    assert torch.allclose(adv, expected, atol=1e-5)
+    adv = compute_advantages("grpo", batch, beta=0.0)
+    # group a: rewards 1, 0 -> mean .5, unbiased std sqrt(.5) -> +-0.7071 on the last token; group b: equal -> 0.
+    # Without KL the return-to-go is that value on every token; then whitening over the batch (as the reference).
+    g = 0.5 / 0.5**0.5
+    flat = whiten([g, g, -g, 0.0, 0.0, 0.0, 0.0, 0.0], [1, 1, 1, 0, 1, 1, 1, 1])
+    assert torch.allclose(adv.flatten(), torch.tensor(flat), atol=1e-5)
 
 
-def test_grpo_refuses_one_sample_per_prompt():
+def test_grpo_groups_of_one_get_no_baseline_and_are_counted():
+    from baselines.advantages import singleton_groups
+
     batch = AdvantageBatch(torch.tensor([1.0, 0.0]), torch.zeros(2), torch.ones(2, 2), group_ids=["a", "b"])
-    with pytest.raises(ValueError, match=r"at least 2 samples per prompt.*reinforce_pp"):
-        compute_advantages("grpo", batch)
+    adv = compute_advantages("grpo", batch, beta=0.0)
+    assert torch.equal(adv, torch.zeros(2, 2))  # no group baseline: no reward signal (not a crash)
+    assert singleton_groups(["a", "b", "c", "c"]) == 2
+
+
+def test_grpo_has_the_same_kl_treatment_as_reinforce_pp():
+    # with equal rewards in every group GRPO's reward part is 0: what is left is the KL term, which must be
+    # exactly REINFORCE++'s (k1 in the reward, return-to-go, global whitening) on zero rewards
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    logp, ref = -torch.rand(4, 3), -torch.rand(4, 3)
+    rewards = torch.tensor([0.3, 0.3, 0.8, 0.8])
+    g = compute_advantages(
+        "grpo", AdvantageBatch(rewards, torch.zeros(4), mask, logp, ref, ["a", "a", "b", "b"]), beta=0.1
+    )
+    r = compute_advantages("reinforce_pp", AdvantageBatch(torch.zeros(4), torch.zeros(4), mask, logp, ref), beta=0.1)
+    assert g.abs().max() > 0.1 and torch.allclose(g, r, atol=1e-6)
+
+
+def test_team_scope_normalises_over_every_role():
+    from baselines.advantages import RoleBatch, advantages_by_role
+
+    def role(rewards, n_tokens):
+        return RoleBatch(rewards, [0.0] * len(rewards), ["g"] * len(rewards), *([[torch.zeros(n_tokens)] * 2] * 2))
+
+    batches = {"a": role([0.9, 0.7], 2), "b": role([0.1, 0.3], 2)}
+    per_role = advantages_by_role("reinforce_pp", batches, scope="role", beta=0.0)
+    team = advantages_by_role("reinforce_pp", batches, scope="team", beta=0.0)
+    # per role, each role's best action gets +1; over the team, every action of role a beats every one of role b
+    assert [float(v[0]) for v in per_role["a"]] == pytest.approx([1.0, -1.0], abs=1e-4)
+    assert [float(v[0]) for v in per_role["b"]] == pytest.approx([-1.0, 1.0], abs=1e-4)
+    assert all(v[0] > 0 for v in team["a"]) and all(v[0] < 0 for v in team["b"])
+    assert [len(v) for v in team["a"]] == [2, 2]
+    with pytest.raises(ValueError, match="scope"):
+        advantages_by_role("reinforce_pp", batches, scope="world")
 
 
 def test_kl_needs_log_probs_and_unknown_estimator():

@@ -166,6 +166,19 @@ class PipelineEnv(AECEnv, abc.ABC):
         """The :class:`Role` an agent plays."""
         return self._role_of[agent]
 
+    @classmethod
+    def heldout_kwargs(cls, train_kwargs: Mapping[str, Any], split: str | None = None) -> dict[str, Any] | None:
+        """The constructor arguments of the held-out version of this task, given those it trains with.
+
+        Evaluation (``TrainerBase.evaluate``, ``mappa train --eval-episodes``) builds the env with the returned
+        arguments and runs its tasks 0, 1, ... in order; they must be disjoint from the training pool. ``split``
+        is the held-out split asked for (``TrainConfig.eval_split``), or None: a task with named splits uses it
+        when it is one of them, a task without ignores it. Keep the other arguments (suite, data folder, seed,
+        sandbox) from ``train_kwargs``. The default, None, declares no held-out tasks: evaluation refuses.
+        See :func:`mappa_envs.heldout.heldout_env_kwargs`.
+        """
+        return None
+
     # ----------------------------------------------------------------- spaces
     def observation_space(self, agent: str):
         return self.observation_spaces[agent]

@@ -7,6 +7,10 @@ file is written into the episode's workspace and queried *inside the sandbox* (r
 
 Agents: ``query_writer_0`` (up to 3 turns, tool ``sql``: ```sql blocks), ``answerer_0`` (1 turn, answers as
 ``\\boxed{}``). Reward: 1.0 to every agent when the answer equals the ground truth, else 0.0.
+
+Splits: ``train`` (default; 22 questions, ids ``sql-<seed>/<i>``) and ``eval``, the held-out questions (22, ids
+``sql-<seed>-eval/<i>``): a twin of each training question with parameters no training question uses (other
+days, other product ids), on the same database. Evaluation uses ``eval`` (:meth:`SQLQueryEnv.heldout_kwargs`).
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ from typing import Any
 from ..core import EpisodeRecord, PipelineEnv, Role, Task
 from ..core.tools import Tool, fenced_blocks, register_tool
 from ..grading import extract_answer, math_equal
+from ..heldout import pick_split
 
 DB = "shop.db"
+SPLITS = ("train", "eval")
 CITIES = ("Lyon", "Porto", "Graz", "Turku", "Gent")
 CATEGORIES = {"books": (8, 40), "games": (15, 70), "tools": (5, 120), "tea": (3, 25)}
 SCHEMA = (
@@ -104,14 +110,38 @@ def _questions(seed: int) -> list[tuple[str, str]]:
     return qs
 
 
-def sql_tasks(seed: int = 0) -> list[Task]:
-    """The questions with their answers, computed on the host from the same database."""
+def _heldout_questions(seed: int) -> list[tuple[str, str]]:
+    trained = random.Random(seed + 1).sample(range(1, 25), 8)  # the product ids of the training questions
+    join_c = "FROM orders o JOIN customers c ON c.id = o.customer_id"
+    join_p = "FROM orders o JOIN products p ON p.id = o.product_id"
+    qs = [(f"How many orders were placed on days 15 to 28 by customers who live in {city}?",
+           f"SELECT COUNT(*) {join_c} WHERE c.city = '{city}' AND o.day > 14") for city in CITIES]  # fmt: skip
+    for cat in CATEGORIES:
+        qs.append((f"What is the revenue (price times quantity, summed over orders) of the {cat} category on days "
+                   "1 to 14, rounded to 2 decimals?", f"SELECT ROUND(SUM(p.price * o.quantity), 2) {join_p} "
+                   f"WHERE p.category = '{cat}' AND o.day <= 14"))  # fmt: skip
+        qs.append((f"How many units of {cat} products were sold on days 15 to 28?",
+                   f"SELECT SUM(o.quantity) {join_p} WHERE p.category = '{cat}' AND o.day > 14"))  # fmt: skip
+    for k in random.Random(seed + 2).sample(sorted(set(range(1, 25)) - set(trained)), 8):
+        qs.append((f"How many distinct customers bought the product with id {k}?",
+                   f"SELECT COUNT(DISTINCT customer_id) FROM orders WHERE product_id = {k}"))  # fmt: skip
+    qs.append(("On which day (1-28) were the most orders placed? If several, give the smallest day.",
+               "SELECT day FROM orders GROUP BY day ORDER BY COUNT(*) DESC, day LIMIT 1"))  # fmt: skip
+    return qs
+
+
+def sql_tasks(seed: int = 0, split: str = "train") -> list[Task]:
+    """The questions of ``split`` with their answers, computed on the host from the same database."""
+    if split not in SPLITS:
+        raise ValueError(f"SQLQuery split must be one of {SPLITS}, not {split!r}")
+    qs = _questions(seed) if split == "train" else _heldout_questions(seed)
+    prefix = f"sql-{seed}" if split == "train" else f"sql-{seed}-eval"
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / DB).write_bytes(build_database(seed))
         con = sqlite3.connect(Path(tmp) / DB)
         tasks = [
-            Task(f"sql-{seed}/{i}", q, con.execute(sql).fetchone()[0], {"task_type": "sql", "reference_sql": sql})
-            for i, (q, sql) in enumerate(_questions(seed))
+            Task(f"{prefix}/{i}", q, con.execute(sql).fetchone()[0], {"task_type": "sql", "reference_sql": sql})
+            for i, (q, sql) in enumerate(qs)
         ]
         con.close()
     return tasks
@@ -128,7 +158,7 @@ class SQLQueryEnv(PipelineEnv):
     env_id = "mappa/SQLQuery-v0"
     task_type = "sql"
 
-    def __init__(self, seed: int = 0, query_turns: int = 3, **kwargs: Any):
+    def __init__(self, seed: int = 0, query_turns: int = 3, split: str = "train", **kwargs: Any):
         roles = (
             Role(
                 "query_writer",
@@ -149,8 +179,14 @@ class SQLQueryEnv(PipelineEnv):
                 coach_guidance="A good answerer gives the number the queries established, in \\boxed{}.",
             ),
         )
-        self.db = build_database(seed)
-        super().__init__(roles, sql_tasks(seed), **kwargs)
+        self.db, self.split = build_database(seed), split
+        super().__init__(roles, sql_tasks(seed, split), **kwargs)
+
+    @classmethod
+    def heldout_kwargs(cls, train_kwargs: dict[str, Any], split: str | None = None) -> dict[str, Any] | None:
+        train = train_kwargs.get("split", "train")
+        chosen = pick_split(cls.env_id, split, train=train, splits=SPLITS, default="eval" if train == "train" else None)
+        return None if chosen is None else {**train_kwargs, "split": chosen}
 
     def on_episode_start(self, task: Task) -> None:
         self.session.write_file(DB, self.db)

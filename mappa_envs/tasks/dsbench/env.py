@@ -26,18 +26,22 @@ data, which needs ``data_dir``), ``split`` (``train``, ``eval`` or ``all``), ``t
 ``cleaned`` or ``original`` descriptions), ``sandbox``, ``sandbox_kwargs`` (default limits: 120 s, 2 GB per
 execution) and the text limits of :class:`~mappa_envs.core.PipelineEnv`.
 
+Held-out tasks (:meth:`DSBenchEnv.heldout_kwargs`): split ``eval`` of the same suite and data folder, for a run
+that trains on split ``train``.
+
 Version history: v0, initial release.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from sandboxes import Limits, Sandbox
 
 from ...core import PYTHON_TOOL, EpisodeRecord, PipelineEnv, Role, Task
+from ...heldout import pick_split
 from . import prompts
 from .lite import load_lite
 from .scoring import score_workspace
@@ -113,6 +117,21 @@ class DSBenchEnv(PipelineEnv):
         super().__init__(
             dsbench_roles(turns), [t.to_task() for t in ds], sandbox=sandbox, **kwargs, sandbox_kwargs=sandbox_kwargs
         )
+
+    @classmethod
+    def heldout_kwargs(cls, train_kwargs: Mapping[str, Any], split: str | None = None) -> dict[str, Any] | None:
+        """Split ``eval`` (or ``split`` when it is ``train`` or ``eval``) of the same suite, data folder and settings;
+        none when training on given ``tasks`` or on ``all`` (the default), or on ``eval`` without a split asked for."""
+        train = train_kwargs.get("split", "all")
+        if train_kwargs.get("tasks") is not None or train == "all":  # "all" holds every split's tasks
+            return None
+        default = "eval" if train == "train" else None
+        chosen = pick_split(cls.env_id, split, train=train, splits=("train", "eval", "all"), default=default)
+        if chosen is None:
+            return None
+        if chosen == "all":
+            raise ValueError(f"{cls.env_id}: split 'all' holds the training tasks too; it is not held out")
+        return {**{k: v for k, v in train_kwargs.items() if k != "task_ids"}, "split": chosen}
 
     @property
     def sandbox_backend(self) -> str:

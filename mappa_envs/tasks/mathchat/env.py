@@ -16,18 +16,26 @@ Arguments: ``split`` (see :mod:`mappa_envs.tasks.mathchat.data`), or ``tasks`` (
 ``prompt`` and ``answer``), or ``data_file`` (JSON list / JSON lines); ``sandbox`` (backend name or instance);
 ``code_executor_turns``; the text limits of :class:`~mappa_envs.core.PipelineEnv`.
 
+Held-out tasks (:meth:`MathChatEnv.heldout_kwargs`): the split asked for (``TrainConfig.eval_split``), else the
+eval split of the training split: ``aime-train`` -> ``aime-eval-32``, ``amc-train`` -> ``amc-eval-32``,
+``arith-train`` -> ``arith-eval``.
+
 Version history: v0, initial release.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...core import PYTHON_TOOL, EpisodeRecord, PipelineEnv, Role, Task
 from ...grading import extract_answer, math_equal
+from ...heldout import pick_split
 from . import prompts
-from .data import load_split, load_task_file, tasks_from_rows
+from .data import SPLITS, load_split, load_task_file, tasks_from_rows
+
+HELDOUT = {"aime-train": "aime-eval-32", "amc-train": "amc-eval-32", "arith-train": "arith-eval"}
+"""The held-out split of each training split (evaluation without an explicit ``split``)."""
 
 
 def mathchat_roles(code_executor_turns: int = 2) -> tuple[Role, ...]:
@@ -68,6 +76,19 @@ class MathChatEnv(PipelineEnv):
             task_list = list(load_split(split))
         self.split = split if tasks is None and data_file is None else None
         super().__init__(mathchat_roles(code_executor_turns), task_list, **kwargs)
+
+    @classmethod
+    def heldout_kwargs(cls, train_kwargs: Mapping[str, Any], split: str | None = None) -> dict[str, Any] | None:
+        """The split asked for (any MathChat split but the training one), else the training split's eval split
+        (:data:`HELDOUT`); ``tasks`` and ``data_file`` are dropped: the held-out tasks are a bundled split."""
+        custom = train_kwargs.get("tasks") is not None or train_kwargs.get("data_file") is not None
+        train = None if custom else train_kwargs.get("split", "aime-train")
+        default = HELDOUT.get(train) if train else None
+        chosen = pick_split(cls.env_id, split, train=train, splits=SPLITS, default=default, strict=True)
+        if chosen is None:
+            return None
+        rest = {k: v for k, v in train_kwargs.items() if k not in ("tasks", "data_file")}
+        return {**rest, "split": chosen}
 
     def grade(self, task: Task, record: EpisodeRecord) -> tuple[float, dict[str, Any]]:
         verifier = self.roles[-1].agent
