@@ -70,6 +70,11 @@ class TrainConfig:
     eval_temperature: float = 0.6
     """Sampling temperature of held-out evaluations."""
     eval_split: str = "arith-eval"
+    """Held-out split of a task with named splits (see the task's ``heldout_kwargs``)."""
+    eval_extra_splits: tuple[str, ...] = ()
+    """More held-out splits evaluated beside ``eval_split`` (the paper's MathChat: AMC-32 beside AIME-32)."""
+    eval_samples: int = 1
+    """Samples per held-out problem (accuracy is their mean, as the reference's ``eval_aggregation="mean"``)."""
     eval_episodes: int = 0
     """Held-out episodes evaluated before and after training by ``mappa train`` (0: none)."""
 

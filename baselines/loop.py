@@ -37,6 +37,7 @@ from mappa_envs.core import EpisodeRecord
 from mappa_envs.metrics import outcome_key
 
 from .advantages import singleton_groups, uses_process_reward
+from .checks import check_config, raise_for_failed
 from .config import TrainConfig
 from .policies import Policy
 from .rollout import run_episodes
@@ -113,14 +114,9 @@ class TrainerBase:
         self.roles = [r.name for r in probe.unwrapped.roles]
         self.n_tasks = len(probe.unwrapped.tasks)
         probe.close()
-        if cfg.estimator == "grpo" and cfg.samples_per_prompt < 2:
-            raise ValueError(
-                f"GRPO needs at least 2 samples per prompt (samples_per_prompt={cfg.samples_per_prompt}): its "
-                "baseline is the mean reward of a task's samples. Raise samples_per_prompt, or use reinforce_pp, "
-                "whose global-batch baseline works with one sample per prompt."
-            )
-        if cfg.prompts_per_iteration > self.n_tasks:
-            raise ValueError(f"prompts_per_iteration={cfg.prompts_per_iteration} > {self.n_tasks} tasks in the pool")
+        # every configuration problem (model on disk, pool size, GRPO's samples, held-out tasks, memory) is refused
+        # here, before Ray or a model starts, not after a rollout
+        raise_for_failed(check_config(cfg, roles=self.roles, n_tasks=self.n_tasks))
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.store = TrajectoryStore(self.out)
@@ -198,17 +194,21 @@ class TrainerBase:
         return [stored[i] for i in range(n)], n - len(todo)
 
     # ----------------------------------------------------------------- evaluation
-    def evaluate(self, split: str | None, episodes: int, *, seed: int = 123) -> dict[str, Any]:
+    def evaluate(
+        self, split: str | None, episodes: int, *, seed: int = 123, samples: int | None = None
+    ) -> dict[str, Any]:
         """Held-out episodes with the current policies at ``eval_temperature``, no coach: tasks 0..episodes-1 of
         the held-out version of the training env, as its task declares it (:func:`mappa_envs.heldout.
-        heldout_env_kwargs`). ``split`` (``cfg.eval_split``) picks the held-out split of a task with named splits;
-        a task without ignores it. Each held-out task runs at most once: ``episodes`` is capped at their number.
-        Raises :class:`mappa_envs.heldout.NoHeldOutTasks` when the task declares none."""
+        heldout_env_kwargs`), each ``samples`` times (default ``cfg.eval_samples``; episode seeds differ).
+        ``split`` (``cfg.eval_split``) picks the held-out split of a task with named splits; a task without ignores
+        it. Each held-out task is one problem: ``episodes`` is capped at their number. Raises
+        :class:`mappa_envs.heldout.NoHeldOutTasks` when the task declares none."""
         import warnings
 
         from mappa_envs.heldout import heldout_env_kwargs
         from mappa_envs.metrics import accuracy, role_stats
 
+        k = samples or self.cfg.eval_samples
         kwargs = heldout_env_kwargs(self.cfg.env_id, self.cfg.env_kwargs, split)
         probe = mappa_envs.make(self.cfg.env_id, **kwargs)
         task_ids = [t.id for t in probe.unwrapped.tasks]
@@ -223,12 +223,12 @@ class TrainerBase:
         records = run_episodes(
             lambda: mappa_envs.make(self.cfg.env_id, **kwargs),
             self.eval_policies(self.cfg.eval_temperature),
-            episodes,
+            episodes * k,
             seed=seed,
             concurrency=self.cfg.concurrency,
-            reset_options=lambda i: {"task_index": i},
+            reset_options=lambda i: {"task_index": i // k},
         )
-        k, n = accuracy(records)
+        correct, n = accuracy(records)
         stats = role_stats(records)
         ce = stats.get("code_executor")
         quality = [float(r.outcome["quality"]) for r in records if "quality" in r.outcome]
@@ -236,9 +236,11 @@ class TrainerBase:
         return {
             **extra,
             "split": kwargs.get("split"),  # the held-out split evaluated (None: a task without named splits)
-            "accuracy": k / n if n else 0.0,
-            "correct": k,
+            "accuracy": correct / n if n else 0.0,
+            "correct": correct,
             "episodes": n,
+            "problems": episodes,
+            "samples_per_problem": k,
             "code_rate": ce.code_rate if ce else 0.0,
             "tool_success_rate": ce.tool_success_rate if ce else 0.0,
             "task_ids": [r.task_id for r in records],

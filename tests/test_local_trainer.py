@@ -111,7 +111,7 @@ def test_grpo_with_one_sample_per_prompt_is_refused(tiny_model, tmp_path):
         max_new_tokens=8,
         out_dir=str(tmp_path),
     )
-    with pytest.raises(ValueError, match="at least 2 samples per prompt"):
+    with pytest.raises(ValueError, match="samples_per_prompt >= 2"):
         LocalTrainer(cfg)  # refused when the trainer is built, not after a rollout
 
 

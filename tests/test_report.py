@@ -27,6 +27,7 @@ def _run(path, estimator):
         lr=1e-3,
         out_dir=str(path),
         coach="none" if estimator == "outcome" else "mappa_envs.coach:LengthCoach",
+        truncated="keep",
         progress=False,
     )
     trainer = LocalTrainer(cfg)
@@ -48,5 +49,7 @@ def test_report_of_a_process_and_an_outcome_run(tmp_path):
     md = (out / "report.md").read_text()
     assert "| coach | 2 |" in md and "| outcome | 2 |" in md and "![" in md
     assert "code_executor" in md and "## Coach bias (tables)" in md
+    # the coach's work and the masked actions, summed over the iterations (2 x 4 episodes, 1 solver action each)
+    assert "## Coach faults and masked actions" in md and "| coach | problem_solver | 8 | 8 | 0 | 0 | 0 | 0 | 0 |" in md
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 3 and "<table>" in page

@@ -358,3 +358,22 @@ def test_coach_fallbacks_are_counted_and_contribute_nothing_to_the_loss(tiny_mod
     _, kept = _train_one_iteration(tiny_model, altered(tmp_path / "c"), mask_coach_fallbacks=False)
     assert any(not torch.equal(weights[r], kept[r]) for r in weights)
     shutil.rmtree(tmp_path)
+
+
+def test_the_coach_and_the_outcome_grade_correctness_the_same_way():
+    # the ablation's arms must share the grader: the rule coach's ANSWER_CORRECT for the final agent is the env's
+    # own outcome (both use mappa_envs.grading), on right, wrong, differently written and missing answers
+    answers = ["\\boxed{42}", "\\boxed{41}", "\\boxed{42.0}", "no answer", "\\boxed{\\frac{84}{2}}"]
+    policies = {
+        "problem_solver": ScriptedPolicy([SOLVER]),
+        "code_executor": ScriptedPolicy(["By hand."]),
+        "verifier": ScriptedPolicy(answers),
+    }
+    env_fn = lambda: CoachRewardWrapper(mathchat(), RuleBasedCoach(), blocking=True)  # noqa: E731
+    records = run_episodes(env_fn, policies, len(answers), concurrency=1, reset_options=lambda i: {"task_index": 0})
+    seen = set()
+    for rec in records:
+        final = rec.actions[-1]
+        assert final.role == "verifier" and final.info["coach"]["answer_correct"] is rec.outcome["correct"]
+        seen.add(rec.outcome["correct"])
+    assert seen == {True, False}

@@ -7,6 +7,8 @@ split               tasks  contents
 ==================  =====  ==========================================================================
 ``aime-1983-2024``  933    the full AIME pool of the reference
 ``aime-train``      917    that pool minus the problems that also appear in ``aime-eval-32``
+``aime-train-512``  512    512 of ``aime-train``, drawn with ``numpy.random.default_rng(42)`` (in pool order):
+                           the size of the reference's training pool (512 of its 933 problems, seed 42)
 ``aime-eval-32``    32     evaluation set (AIME 2022-2024 problems)
 ``amc-train``       85     the reference's AMC pool minus ``amc-eval-32``
 ``amc-eval-32``     32     evaluation set (AMC)
@@ -40,6 +42,7 @@ _FILES = {
 }
 SPLITS = (
     "aime-train",
+    "aime-train-512",
     "aime-eval-32",
     "aime-1983-2024",
     "amc-train",
@@ -130,6 +133,13 @@ def load_split(split: str) -> tuple[Task, ...]:
             Task(f"aime-train/{t.id.split('/', 1)[1]}", t.prompt, t.answer, t.metadata)
             for t in _bundled("aime-1983-2024")
             if _norm(t.prompt) not in held_out
+        )
+    if split == "aime-train-512":
+        pool = load_split("aime-train")
+        picked = np.sort(np.random.default_rng(42).choice(len(pool), size=512, replace=False))
+        return tuple(
+            Task(f"aime-train-512/{t.id.split('/', 1)[1]}", t.prompt, t.answer, t.metadata)
+            for t in (pool[i] for i in picked)
         )
     if split == "amc-train":
         held_out = {_norm(t.prompt) for t in _bundled("amc-eval-32")}

@@ -1,0 +1,221 @@
+"""Pre-flight checks (baselines/checks.py) and `mappa train --dry-run`: fast, no Ray, no model loaded."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from baselines import checks
+from baselines.checks import (
+    KNOWN_CONFIGS,
+    check_config,
+    count_parameters,
+    estimate_memory,
+    format_checks,
+    model_shape,
+    raise_for_failed,
+)
+from baselines.presets import PRESETS, preset
+from mappa_envs import cli
+
+
+@pytest.fixture(autouse=True)
+def _budget(monkeypatch, tmp_path):
+    """A fixed memory budget (the machine's MemAvailable varies), and an empty Hugging Face cache: the paper
+    models are never on disk in these tests."""
+    monkeypatch.setenv("MAPPA_MEMORY_BUDGET_GB", "24")
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+
+    def no_trainer(cfg):
+        raise AssertionError("--dry-run must not build a trainer")
+
+    monkeypatch.setattr(cli, "_trainer", no_trainer)
+
+
+def by_name(cs: list[checks.Check]) -> dict[str, checks.Check]:
+    return {c.name: c for c in cs}
+
+
+def dry_run(capsys, *argv: str) -> tuple[int, str, dict]:
+    rc = cli.main(["train", *argv, "--dry-run"])
+    out = capsys.readouterr().out
+    return rc, out, json.loads(out.splitlines()[0])
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_dry_run_exits_0_or_1_with_reasons(capsys, name):
+    rc, out, cfg = dry_run(capsys, "--preset", name)
+    assert cfg["out_dir"] == PRESETS[name].out_dir
+    assert "checks:" in out and "memory" in out and "Traceback" not in out
+    if rc == 0:
+        assert "FAIL" not in out and "can run here" in out
+    else:
+        assert rc == 1 and "FAIL" in out and "cannot run here" in out
+
+
+@pytest.mark.parametrize("name", ["paper-mathchat-1.5b", "paper-mathchat-4b", "paper-dsbench-4b"])
+def test_paper_presets_report_the_missing_model(capsys, name):
+    rc, out, _ = dry_run(capsys, "--preset", name)
+    assert rc == 1
+    model = by_name(check_config(PRESETS[name]))["model"]
+    assert not model.ok and PRESETS[name].model in model.detail and "not on disk" in model.detail
+    assert f"- model: model {PRESETS[name].model!r} is not on disk" in out
+    # no silent fall-back: the estimate is still of the named model (its built-in shape)
+    mem = by_name(check_config(PRESETS[name]))["memory"]
+    assert mem.data is not None and mem.data.notes[0].startswith(f"{model_shape(PRESETS[name].model).params // 10**6}M")
+
+
+def test_original_dsbench_without_data_dir_is_a_failed_check_not_a_traceback(capsys):
+    cs = by_name(check_config(PRESETS["paper-dsbench-4b"]))
+    assert not cs["tasks"].ok and "data_dir" in cs["tasks"].detail and "--env-arg data_dir=" in cs["tasks"].detail
+    assert not cs["eval"].ok
+
+
+def test_paper_mathchat_pool_and_schedule():
+    cs = by_name(check_config(PRESETS["paper-mathchat-4b"]))
+    assert cs["tasks"].ok and cs["tasks"].detail.startswith("512 tasks")
+    assert "128 iterations = 8.00 passes" in cs["tasks"].detail
+    assert cs["eval"].ok and "32 of the 32 tasks of 'aime-eval-32'" in cs["eval"].detail
+
+
+def test_grpo_needs_two_samples_per_prompt(capsys):
+    cs = check_config(preset("smoke", estimator="grpo", samples_per_prompt=1))
+    assert not by_name(cs)["estimator"].ok and "samples_per_prompt >= 2" in by_name(cs)["estimator"].detail
+    with pytest.raises(ValueError, match="grpo needs samples_per_prompt >= 2"):
+        raise_for_failed(cs)
+    assert by_name(check_config(preset("smoke", estimator="grpo", samples_per_prompt=2)))["estimator"].ok
+    rc, out, _ = dry_run(capsys, "--preset", "smoke", "--estimator", "grpo", "--samples-per-prompt", "1")
+    assert rc == 1 and "- estimator: grpo needs" in out
+
+
+def test_unknown_options_fail_together():
+    cfg = preset("smoke", estimator="ppo", advantage_scope="batch", truncated="drop", trainer="jax")
+    cs = by_name(check_config(cfg))
+    assert not cs["estimator"].ok and "unknown advantage estimator 'ppo'" in cs["estimator"].detail
+    for word in ("advantage_scope", "truncated", "trainer must be"):
+        assert word in cs["options"].detail
+    with pytest.raises(ValueError) as err:
+        raise_for_failed(list(cs.values()))
+    assert "- estimator:" in str(err.value) and "- options:" in str(err.value)
+
+
+def test_too_many_prompts_per_iteration():
+    cs = by_name(check_config(preset("smoke", prompts_per_iteration=10_000)))
+    assert not cs["tasks"].ok and "prompts_per_iteration=10000 > 512 tasks" in cs["tasks"].detail
+    # the caller's own probe is used when given
+    assert not by_name(check_config(preset("smoke"), roles=["a"], n_tasks=1))["tasks"].ok
+
+
+def test_smollm2_parameter_count_matches_torch():
+    assert count_parameters(KNOWN_CONFIGS["smollm2-135m"]) == 134_515_008  # sum(p.numel()) of the loaded model
+    assert count_parameters(KNOWN_CONFIGS["tiny-random"]) == 3_227_968
+
+
+def test_smoke_with_smollm2_does_not_fit_24_gib_and_the_suggestion_does(capsys):
+    """The smoke preset's ZeRO-3, micro-batch 4 x (768 + 32) tokens, no checkpointing on SmolLM2-135M: ~31.7 GiB,
+    over 24 GiB; ZeRO stage 0 plus gradient checkpointing brings it to ~22.2 GiB."""
+    cfg = preset("smoke", model="smollm2-135m", device="cpu")
+    mem = by_name(check_config(cfg))["memory"]
+    est = mem.data
+    assert not mem.ok and est.budget == 24 and est.total == pytest.approx(31.7, abs=0.1)
+    assert est.suggestion == {"zero_stage": 0, "gradient_checkpointing": True}
+    fixed = estimate_memory(dataclasses.replace(cfg, **est.suggestion), model_shape(cfg.model), 3)
+    assert fixed.total <= 24 and fixed.total == pytest.approx(est.suggested_total)
+    assert "--zero-stage 0 --gradient-checkpointing" in mem.detail
+    rc, out, _ = dry_run(capsys, "--preset", "smoke", "--model", "smollm2-135m")
+    assert rc == 1 and "--zero-stage 0 --gradient-checkpointing" in out
+    # the flags it suggests pass the check
+    rc, out, parsed = dry_run(
+        capsys, "--preset", "smoke", "--model", "smollm2-135m", "--zero-stage", "0", "--gradient-checkpointing"
+    )
+    assert parsed["zero_stage"] == 0 and parsed["gradient_checkpointing"] is True
+    assert "FAIL  memory" not in out
+
+
+def test_memory_check_can_be_skipped(capsys):
+    cfg = preset("smoke", model="smollm2-135m", device="cpu", memory_check=False)
+    mem = by_name(check_config(cfg))["memory"]
+    assert mem.ok and mem.detail.startswith("skipped") and not mem.data.fits
+    _, out, parsed = dry_run(capsys, "--preset", "smoke", "--model", "smollm2-135m", "--no-memory-check")
+    assert parsed["memory_check"] is False and "FAIL  memory" not in out
+
+
+def test_demo_fits_24_gib_and_a_tiny_budget_has_no_fix(monkeypatch):
+    cfg = preset("demo", device="cpu")
+    est = by_name(check_config(cfg))["memory"].data
+    assert est.fits and est.total == pytest.approx(22.2, abs=0.1)
+    monkeypatch.setenv("MAPPA_MEMORY_BUDGET_GB", "4")
+    mem = by_name(check_config(cfg))["memory"]
+    assert not mem.ok and mem.data.suggestion is None and "a smaller model" in mem.detail
+
+
+def test_estimate_scales_with_settings():
+    shape = model_shape("smollm2-135m")
+    base = preset("smoke", model="smollm2-135m", device="cpu")
+
+    def total(**kw):
+        return estimate_memory(dataclasses.replace(base, **kw), shape, 3, budget=(24, "fixed")).total
+
+    assert total(zero_stage=0) < total()
+    assert total(gradient_checkpointing=True) < total()
+    assert total(micro_batch=1) < total()
+    assert total(parallel_updates=True) > total()
+    assert total(engine_kv_cache_gb=4) == pytest.approx(total() + 9, abs=0.01)  # 3 engines x 3 GiB more
+    local = estimate_memory(dataclasses.replace(base, trainer="local"), shape, 3, budget=(24, "fixed"))
+    shared = estimate_memory(dataclasses.replace(base, trainer="local", share_model=True), shape, 3)
+    assert shared.total < local.total < total()
+
+
+def test_train_flags_reach_the_config(capsys):
+    _, _, cfg = dry_run(
+        capsys,
+        "--preset",
+        "smoke",
+        "--lr",
+        "3e-6",
+        "--weight-decay",
+        "0.1",
+        "--warmup-ratio",
+        "0",
+        "--advantage-scope",
+        "team",
+        "--keep-coach-fallbacks",
+        "--truncated",
+        "keep",
+        "--max-new-tokens",
+        "16",
+        "--micro-batch",
+        "2",
+        "--temperature",
+        "0.5",
+        "--engine-kv-cache-gb",
+        "2",
+    )
+    assert (cfg["lr"], cfg["weight_decay"], cfg["warmup_ratio"]) == (3e-6, 0.1, 0.0)
+    assert (cfg["advantage_scope"], cfg["mask_coach_fallbacks"], cfg["truncated"]) == ("team", False, "keep")
+    assert (cfg["max_new_tokens"], cfg["micro_batch"], cfg["temperature"]) == (16, 2, 0.5)
+    assert cfg["engine_kv_cache_gb"] == 2.0
+    # unset flags keep the preset's values
+    _, _, cfg = dry_run(capsys, "--preset", "demo")
+    assert cfg == json.loads(json.dumps(dataclasses.asdict(PRESETS["demo"])))
+
+
+def test_missing_model_folder_and_format():
+    cs = check_config(preset("smoke", model="/nonexistent/model"))
+    assert not by_name(cs)["model"].ok and "/nonexistent/model" in by_name(cs)["model"].detail
+    text = format_checks(cs)
+    assert text.splitlines()[0].startswith("FAIL  model")
+    assert all(line[:6] in ("ok    ", "FAIL  ", "      ") for line in text.splitlines())
+
+
+def test_aime_train_512_split():
+    from mappa_envs.tasks.mathchat.data import load_split
+
+    tasks = load_split("aime-train-512")
+    pool = {t.prompt for t in load_split("aime-train")}
+    assert len(tasks) == 512 == len({t.id for t in tasks}) and all(t.prompt in pool for t in tasks)
+    assert tasks[0].id == "aime-train-512/1983-4" and tasks[-1].id == "aime-train-512/2024-II-15"
