@@ -48,7 +48,8 @@ model's ``config.json``, no weights loaded), ``b`` bytes per parameter (``cfg.re
     during its recomputation;
   - activations peak for one role at a time when the updates run one role after the other (``parallel_updates``
     False, the default on CPU), for every role at once otherwise;
-  - during a weight sync (every role at once, after the updates): ~2.4 copies of the weights per role (the rank's
+  - during a weight sync (after the updates; one role at a time when the updates run one after the other, every
+    role at once otherwise): ~2.4 copies of the weights per role (the rank's
     gathered state and the engine's incoming copy: measured +0.7 GiB on the engine for SmolLM2's 0.5 GiB). The
     peak counts the larger of the update and the sync phase;
   - plus 1.5 GiB for the Ray driver and its object store.
@@ -60,7 +61,10 @@ model's ``config.json``, no weights loaded), ``b`` bytes per parameter (``cfg.re
   and AdamW (with ``share_model`` one policy and its gradients, but still a reference and an optimiser per role),
   the generation KV cache of ``concurrency`` sequences, one role's activations, and 1 GiB of runtime.
 
-The memory available is ``MemAvailable`` from ``/proc/meminfo``, or ``MAPPA_MEMORY_BUDGET_GB`` (GiB) when set.
+The memory available is ``MemAvailable`` from ``/proc/meminfo``, or ``MAPPA_MEMORY_BUDGET_GB`` (GiB) when set. For
+the Ray trainer on the host it is less the share of the machine's memory that Ray's memory monitor keeps free (it
+kills a worker once the node's usage passes ``RAY_memory_usage_threshold``, 0.95 of the total by default: measured
+here, a run estimated at 22.2 GiB with 22.8 GiB available was killed at 22.47 of 23.54 GB).
 """
 
 from __future__ import annotations
@@ -354,7 +358,8 @@ def _gpu_memory() -> list[float]:
 
 def memory_budget(target: str = "host") -> tuple[float | None, str]:
     """The memory available (GiB) and where the figure comes from: for ``host``, ``MAPPA_MEMORY_BUDGET_GB`` or
-    ``MemAvailable``; for ``gpu``, ``MAPPA_GPU_MEMORY_BUDGET_GB`` (the total of the GPUs used) or the GPUs' total
+    ``MemAvailable``; for ``ray-host`` the same less Ray's memory-monitor margin (unless the variable is set); for
+    ``gpu``, ``MAPPA_GPU_MEMORY_BUDGET_GB`` (the total of the GPUs used) or the GPUs' total
     memory."""
     if target == "gpu":
         env = os.environ.get("MAPPA_GPU_MEMORY_BUDGET_GB")
@@ -368,12 +373,23 @@ def memory_budget(target: str = "host") -> tuple[float | None, str]:
     if env:
         return float(env), "MAPPA_MEMORY_BUDGET_GB"
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024 / GiB, "MemAvailable in /proc/meminfo"
-    except OSError:
-        pass
-    return None, "unknown (no /proc/meminfo; set MAPPA_MEMORY_BUDGET_GB)"
+        info = {
+            line.split(":")[0]: int(line.split()[1]) * 1024 / GiB
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith(("MemAvailable:", "MemTotal:"))
+        }
+    except (OSError, ValueError, IndexError):
+        info = {}
+    if "MemAvailable" not in info:
+        return None, "unknown (no /proc/meminfo; set MAPPA_MEMORY_BUDGET_GB)"
+    if target == "ray-host" and "MemTotal" in info:
+        threshold = float(os.environ.get("RAY_memory_usage_threshold", "0.95"))  # noqa: SIM112 (Ray's own name)
+        keep = (1 - threshold) * info["MemTotal"]
+        return info["MemAvailable"] - keep, (
+            f"MemAvailable in /proc/meminfo less the {keep:.1f} GiB Ray's memory monitor keeps free (threshold "
+            f"{threshold})"
+        )
+    return info["MemAvailable"], "MemAvailable in /proc/meminfo"
 
 
 def _layer_coefficient() -> float:
@@ -467,7 +483,7 @@ def estimate_memory(
         parts[f"vLLM engines ({n_roles} x {cfg.gpu_memory_utilization:.0%} of a {per_gpu:.0f} GiB GPU)"] = engines
         notes.append("GPU figures are not calibrated by a measurement")
     else:
-        budget = budget or memory_budget("host")
+        budget = budget or memory_budget("ray-host")
         kv = max(1, round(cfg.engine_kv_cache_gb))
         parts[f"vLLM engines ({n_roles} x (weights + {kv} GiB KV cache + runtime))"] = n_roles * (
             P * b + kv * GiB + ENGINE_RUNTIME_GIB * GiB
@@ -475,7 +491,7 @@ def estimate_memory(
     for name, value in states.items():
         parts[f"ranks ({n_roles} roles x {W}): {name}"] = n_roles * value
     update_peak = at_once * W * act
-    sync_peak = n_roles * SYNC_WEIGHT_COPIES * P * b if device != "cuda" else 0.0
+    sync_peak = (n_roles if parallel else 1) * SYNC_WEIGHT_COPIES * P * b if device != "cuda" else 0.0
     ckpt = ", gradient checkpointing" if cfg.gradient_checkpointing else ", no gradient checkpointing"
     seq = cfg.max_prompt_tokens + cfg.max_new_tokens
     who = f"{at_once} role{'s' if at_once > 1 else ''} at once"
@@ -560,6 +576,20 @@ def _probe_env(env_id: str, kwargs: dict[str, Any]) -> tuple[list[str], int]:
         env.close()
 
 
+def _prompts(env_id: str, kwargs: dict[str, Any]) -> set[str]:
+    """The task prompts of an env, compared on letters and digits (as MathChat removes evaluation problems from its
+    pools: differently typeset copies count as the same problem)."""
+    import re
+
+    import mappa_envs
+
+    env = mappa_envs.make(env_id, **kwargs)
+    try:
+        return {re.sub(r"[^a-z0-9]", "", t.prompt.lower()) for t in env.unwrapped.tasks}
+    finally:
+        env.close()
+
+
 def _env_error(env_id: str, kwargs: dict[str, Any], e: Exception) -> str:
     msg = f"cannot build {env_id} with {kwargs}: {type(e).__name__}: {e}"
     if "data_dir" in str(e):
@@ -602,7 +632,7 @@ def _check_eval(cfg: TrainConfig) -> Check | None:
     if cfg.eval_samples < 1:
         return Check("eval", False, f"eval_samples={cfg.eval_samples}: must be at least 1")
     found = []
-    for split in (cfg.eval_split, *cfg.eval_extra_splits):
+    for split in (cfg.eval_split, *cfg.eval_extra_splits):  # None: the task's own held-out split
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a split the task does not have is reported by the trainer
@@ -613,6 +643,17 @@ def _check_eval(cfg: TrainConfig) -> Check | None:
         name = kwargs.get("split", split)
         if cfg.eval_episodes > n_tasks:
             return Check("eval", False, f"eval_episodes={cfg.eval_episodes} > {n_tasks} held-out tasks in {name!r}")
+        try:
+            shared = _prompts(cfg.env_id, kwargs) & _prompts(cfg.env_id, cfg.env_kwargs)
+        except Exception as e:
+            return Check("eval", False, _env_error(cfg.env_id, cfg.env_kwargs, e))
+        if shared:
+            return Check(
+                "eval",
+                False,
+                f"{len(shared)} held-out task(s) of {name!r} are also in the training pool {cfg.env_kwargs}: "
+                "they are not held out (pick another --eval-split)",
+            )
         found.append(f"{cfg.eval_episodes} of the {n_tasks} tasks of {name!r}")
     return Check("eval", True, f"{'; '.join(found)}; {cfg.eval_samples} sample(s) each")
 
@@ -646,6 +687,8 @@ def _check_options(cfg: TrainConfig) -> Check:
     problems = []
     if cfg.advantage_scope not in ("role", "team"):
         problems.append(f"advantage_scope must be 'role' or 'team', not {cfg.advantage_scope!r}")
+    if cfg.lr_schedule not in ("cosine", "constant"):
+        problems.append(f"lr_schedule must be 'cosine' or 'constant', not {cfg.lr_schedule!r}")
     if cfg.truncated not in ("mask", "keep"):
         problems.append(f"truncated must be 'mask' or 'keep', not {cfg.truncated!r}")
     if cfg.trainer not in ("ray", "local"):
@@ -685,6 +728,13 @@ def _check_memory(cfg: TrainConfig, folder: Path | None, n_roles: int | None) ->
             est.suggestion, est.suggested_total = found
     if not cfg.memory_check:
         return Check("memory", True, "skipped (memory_check=False / --no-memory-check); " + est.describe(), est)
+    if cfg.trainer == "ray" and os.environ.get("RAY_ADDRESS"):
+        return Check(
+            "memory",
+            True,
+            f"not checked: RAY_ADDRESS points at a cluster whose memory this machine cannot see; {est.describe()}",
+            est,
+        )
     if est.fits:
         return Check("memory", True, est.describe(), est)
     if est.suggestion is not None:

@@ -50,8 +50,12 @@ class TrainConfig:
     weight_decay: float = 0.0
     """AdamW weight decay (the reference: 0; torch's default 0.01 would move weights on zero gradients)."""
     warmup_ratio: float = 0.03
-    """Linear learning-rate warm-up over the first ``ceil(warmup_ratio * iterations)`` iterations (reference: 3%),
-    constant after it."""
+    """Linear learning-rate warm-up over the first ``ceil(warmup_ratio * iterations)`` iterations (reference: 3%)."""
+    lr_schedule: str = "cosine"
+    """After the warm-up: 'cosine' decays to ``min_lr_ratio * lr`` at the last iteration (the reference's
+    ``cosine_with_min_lr``), 'constant' stays at ``lr``."""
+    min_lr_ratio: float = 0.1
+    """The cosine schedule's floor as a share of ``lr`` (reference: 0.1)."""
     beta_kl: float = 0.01
     """Weight of the per-token KL penalty against the role's frozen reference model."""
     clip_eps: float = 0.2
@@ -69,8 +73,10 @@ class TrainConfig:
     temperature: float = 1.0
     eval_temperature: float = 0.6
     """Sampling temperature of held-out evaluations."""
-    eval_split: str = "arith-eval"
-    """Held-out split of a task with named splits (see the task's ``heldout_kwargs``)."""
+    eval_split: str | None = None
+    """Held-out split of a task with named splits; None: the held-out split the task declares for its training
+    split (its ``heldout_kwargs``: MathChat's ``arith-train`` -> ``arith-eval``, ``aime-train`` -> ``aime-eval-32``;
+    DSBench's ``train`` -> ``eval``)."""
     eval_extra_splits: tuple[str, ...] = ()
     """More held-out splits evaluated beside ``eval_split`` (the paper's MathChat: AMC-32 beside AIME-32)."""
     eval_samples: int = 1
@@ -122,10 +128,21 @@ class TrainConfig:
 
     def lr_at(self, iteration: int) -> float:
         """Learning rate of ``iteration`` (0-based): ``lr * (i + 1) / (w + 1)`` during the ``w`` warm-up iterations
-        (so no step is taken at 0), then ``lr``. Counted in iterations, not optimiser steps: how many steps an
-        iteration takes depends on how many actions its episodes had."""
+        (so no step is taken at 0), then ``lr`` ('constant') or a cosine from ``lr`` at iteration ``w`` down to
+        ``min_lr_ratio * lr`` at the last one ('cosine', as the reference's ``cosine_with_min_lr``). Counted in
+        iterations, where the reference counts optimiser steps: how many steps an iteration takes here depends on
+        how many actions its episodes had, and every step of an iteration uses that iteration's rate."""
         w = self.warmup_iterations()
-        return self.lr * (iteration + 1) / (w + 1) if iteration < w else self.lr
+        if iteration < w:
+            return self.lr * (iteration + 1) / (w + 1)
+        if self.lr_schedule == "constant":
+            return self.lr
+        if self.lr_schedule != "cosine":
+            raise ValueError(f"lr_schedule must be 'cosine' or 'constant', not {self.lr_schedule!r}")
+        span = max(1, self.iterations - 1 - w)
+        progress = min(1.0, (iteration - w) / span)
+        floor = self.min_lr_ratio * self.lr
+        return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
     def resolved_device(self) -> str:
         if self.device != "auto":

@@ -113,6 +113,17 @@ class RoleLearner:
         stats.update(grad_norm=float(grad_norm), lr=lr, train_tok_s=total / elapsed if elapsed else 0.0)
         return stats
 
+    def update(self, samples: list[Sample], lr: float | None = None) -> dict[str, float]:
+        """One role on its own: log-probs, advantages over its batch, one step (``lr``: default ``cfg.lr``)."""
+        cfg = self.cfg
+        batches = self.batches(samples)
+        logp, ref = self.logprobs(batches)
+        batch = RoleBatch(
+            [s.reward for s in samples], [s.outcome for s in samples], [s.group_id for s in samples], logp, ref
+        )
+        adv = advantages_by_role(cfg.estimator, {"role": batch}, beta=cfg.beta_kl)["role"]
+        return self.step(batches, adv, cfg.lr if lr is None else lr)
+
 
 def scatter_responses(rows: list[torch.Tensor], response_mask: torch.Tensor) -> torch.Tensor:
     """Per-sample response vectors placed at their tokens' positions of a ``[B, L-1]`` response mask."""
@@ -145,7 +156,9 @@ class LocalTrainer(TrainerBase):
         for role in self.roles:
             model = shared if shared is not None else AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
             self.learners[role] = RoleLearner(model, self.tokenizer, cfg)
-        gen = GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature)
+        gen = GenerationConfig(
+            max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, max_prompt_tokens=cfg.max_prompt_tokens
+        )
         self._policies = {
             role: TransformersPolicy.from_model(lr.model, lr.tokenizer, gen, seed=cfg.seed)
             for role, lr in self.learners.items()
@@ -155,7 +168,11 @@ class LocalTrainer(TrainerBase):
         return self._policies
 
     def eval_policies(self, temperature: float) -> dict[str, TransformersPolicy]:
-        gen = GenerationConfig(max_new_tokens=self.cfg.max_new_tokens, temperature=temperature)
+        gen = GenerationConfig(
+            max_new_tokens=self.cfg.max_new_tokens,
+            temperature=temperature,
+            max_prompt_tokens=self.cfg.max_prompt_tokens,
+        )
         return {
             role: TransformersPolicy.from_model(lr.model, lr.tokenizer, gen, seed=self.cfg.seed)
             for role, lr in self.learners.items()

@@ -78,6 +78,8 @@ class GenerationConfig:
     top_p: float = 1.0
     batch_size: int = 16
     """Conversations per forward batch."""
+    max_prompt_tokens: int | None = None
+    """Keep only the last N prompt tokens (as the trainers' samples and ``VLLMPolicy`` do); None: the whole prompt."""
 
 
 class TransformersPolicy:
@@ -124,16 +126,29 @@ class TransformersPolicy:
         self._setup(model, tokenizer, config, device, seed)
         return self
 
-    def _prompt(self, conversation: Conversation) -> str:
-        return self.tokenizer.apply_chat_template(list(conversation), tokenize=False, add_generation_prompt=True)
+    def _prompt_ids(self, conversation: Conversation) -> list[int]:
+        """The chat-templated prompt as token ids, cut from the left as the trainers cut it (``prompt_ids``: the
+        sample a trainer builds from this action has exactly these prompt tokens)."""
+        from .samples import prompt_ids
+
+        ids = prompt_ids(self.tokenizer, conversation)
+        limit = self.config.max_prompt_tokens
+        return ids[-limit:] if limit else ids
 
     def generate(self, batch: Sequence[Conversation]) -> list[Generation]:
         torch = self._torch
         cfg = self.config
         out: list[Generation] = []
         for start in range(0, len(batch), cfg.batch_size):
-            prompts = [self._prompt(c) for c in batch[start : start + cfg.batch_size]]
-            enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+            rows = [self._prompt_ids(c) for c in batch[start : start + cfg.batch_size]]
+            width = max(len(r) for r in rows)
+            pad = self.tokenizer.pad_token_id
+            enc = {  # left-padded, so every row's reply starts at the same position
+                "input_ids": torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device),
+                "attention_mask": torch.tensor(
+                    [[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device
+                ),
+            }
             sample = cfg.temperature > 0
             was_training = self.model.training
             self.model.eval()

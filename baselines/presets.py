@@ -30,6 +30,7 @@ PRESETS: dict[str, TrainConfig] = {
         # the random model never samples an end-of-sequence token in 32: keep its cut responses (masked, as the
         # reference masks them, there would be nothing to train on)
         truncated="keep",
+        lr_schedule="constant",
         out_dir="runs/smoke",
     ),
     # The README's main job: the bundled SmolLM2-135M per role, REINFORCE++ with the rule-based coach, easy
@@ -54,6 +55,8 @@ PRESETS: dict[str, TrainConfig] = {
         # masked, as the reference masks them at 4096, the solver would have almost nothing to learn from; the
         # coach already scores cut code as code that did not run
         truncated="keep",
+        # 4 iterations: the reference's cosine decay would run the last two at 78% and 33% of the rate
+        lr_schedule="constant",
         out_dir="runs/demo",
     ),
 }
@@ -87,6 +90,8 @@ _PAPER_COMMON: dict = dict(
     betas=(0.9, 0.95),  # default.yaml: adam_betas [0.9, 0.95]
     weight_decay=0.0,  # default.yaml: l2 0.0
     warmup_ratio=0.03,  # default.yaml: lr_warmup_ratio 0.03
+    lr_schedule="cosine",  # marti/trainers/ppo/actor.py: get_scheduler("cosine_with_min_lr", min_lr=0.1 * lr)
+    min_lr_ratio=0.1,
     clip_eps=0.2,  # default.yaml: eps_clip 0.2
     grad_clip=1.0,  # default.yaml: max_norm 1.0
     beta_kl=0.01,  # default_agent.init_kl_coef=0.01, use_kl_loss=False, use_kl_estimator_k3=False: k1 in the reward

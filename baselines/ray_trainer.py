@@ -158,6 +158,7 @@ class RayTrainer(TrainerBase):
         mini-batch of ``train_batch`` samples per role."""
         ray, cfg = self._ray, self.cfg
         W = cfg.world_size
+        roles_given = list(by_role)
         by_role = {role: samples for role, samples in by_role.items() if samples}
         plan: dict[str, tuple[list[list[int]], int, list[int]]] = {}
         for role, samples in by_role.items():
@@ -227,7 +228,8 @@ class RayTrainer(TrainerBase):
             pending = [r for step in train_refs[role] for r in step]
             if not parallel and pending:
                 ray.wait(pending, num_returns=len(pending))  # its peak memory passes before the next role starts
-        out: dict[str, dict[str, float]] = {}
+        # a role whose every sample was masked: reported as skipped, as the local trainer does
+        out: dict[str, dict[str, float]] = {r: {"skipped": 1, "samples": 0, "tokens": 0} for r in roles_given}
         for role, refs in train_refs.items():
             if not refs:
                 out[role] = {"skipped": 1, "loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, **meta[role]}
@@ -257,14 +259,21 @@ class RayTrainer(TrainerBase):
 
     # ------------------------------------------------------------------ weights
     def sync(self) -> float:
-        """Trainer -> engine weights for every role updated since the last sync; returns wall seconds."""
+        """Trainer -> engine weights for every role updated since the last sync; returns wall seconds. Roles sync
+        one after the other when their updates do (CPU): the transient copies of one role's weights (the gathered
+        state, the engine's incoming copy) are then alive at a time, not every role's (measured: syncing three
+        135M roles at once was what pushed the smoke preset on SmolLM2 over Ray's memory limit)."""
         ray = self._ray
         t0 = time.perf_counter()
         loads = []
         for role in sorted(self._stale):
             states = [w.full_state.remote() for w in self.workers[role]]
-            loads.append(self.engines[role].load_weights.remote(states[0]))  # rank 0's ref: no copy via driver
-            loads.extend(states[1:])
+            refs = [self.engines[role].load_weights.remote(states[0]), *states[1:]]  # rank 0's ref: no driver copy
+            if self._parallel_updates:
+                loads.extend(refs)
+            else:
+                ray.get(refs)
+            del states, refs
         ray.get(loads)
         self._stale.clear()
         seconds = time.perf_counter() - t0

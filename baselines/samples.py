@@ -8,7 +8,8 @@ prompt; that is the bug this layout avoids.)
 A sample trains on what the policy *sampled*: the token ids the engine generated (stored by the rollout in the
 action's ``info["generation"]``), with no end-of-sequence token added where the engine did not sample one (a
 response cut at ``max_new_tokens``, ``truncated``). Only actions without stored ids (scripted policies, rollouts
-stored before ids were kept) are re-tokenised from their text, with EOS appended, and flagged ``retokenized``.
+stored before ids were kept) are re-tokenised from their text, with EOS appended (``Sample.retokenized``, counted in
+the training metrics as ``retokenized_responses``).
 
 Its reward is the reward the (wrapped) env gave the action (``ActionRecord.reward``): the coach's score / 10, or a
 ``MixedRewardWrapper``'s mix of it with the outcome, or the env's own reward without a coach.
@@ -43,9 +44,15 @@ class Sample:
     response_ids: list[int] | None = None
     """Token ids the policy sampled (EOS included when it stopped on one); None: re-tokenise ``response``."""
     truncated: bool = False
-    """Generation stopped at ``max_new_tokens`` (no EOS sampled)."""
+    """Generation did not stop on its own (cut at ``max_new_tokens``, or aborted): no EOS was sampled."""
     coach: dict[str, Any] | None = None
     """The coach's evaluation of the action (``CoachEvaluation.to_dict()``), when there was a coach."""
+
+    @property
+    def retokenized(self) -> bool:
+        """No sampled ids were stored (a scripted policy, or rollouts stored before ids were kept): the response
+        is re-tokenised from its text, with EOS appended."""
+        return self.response_ids is None
 
     @property
     def coach_fallback(self) -> bool:
@@ -86,11 +93,21 @@ def samples_from_episodes(records: Iterable[EpisodeRecord]) -> dict[str, list[Sa
                     reward=float(act.reward),
                     outcome=outcome,
                     response_ids=list(gen["token_ids"]) if "token_ids" in gen else None,
-                    truncated=gen.get("finish_reason") == "length",
+                    truncated="finish_reason" in gen and gen["finish_reason"] != "stop",
                     coach=act.info.get("coach"),
                 )
             )
     return dict(by_role)
+
+
+def _requests(ev: dict[str, Any]) -> int:
+    """Requests an evaluation sent to a coach model: 1 + retries + a re-prompt; none from the cache or from a
+    rule-based coach; an ensemble's, its members'."""
+    if ev.get("members"):
+        return sum(_requests(m) for m in ev["members"])
+    if ev.get("cached") or ev.get("parse") == "rule":
+        return 0
+    return 1 + int(ev.get("retries", 0)) + bool(ev.get("reprompted"))
 
 
 def coach_counts(samples: Sequence[Sample]) -> dict[str, int]:
@@ -99,9 +116,7 @@ def coach_counts(samples: Sequence[Sample]) -> dict[str, int]:
     evs = [s.coach for s in samples if s.coach]
     return {
         "coach_evaluations": len(evs),
-        "coach_calls": sum(
-            0 if e.get("cached") else 1 + int(e.get("retries", 0)) + bool(e.get("reprompted")) for e in evs
-        ),
+        "coach_calls": sum(_requests(e) for e in evs),
         "coach_retries": sum(int(e.get("retries", 0)) for e in evs),
         "coach_reprompts": sum(bool(e.get("reprompted")) for e in evs),
         "coach_lenient": sum(e.get("parse") == "lenient" for e in evs),
@@ -116,10 +131,13 @@ def select_trainable(
     the loss, nor to the advantage normalisation (it is left out before advantages are computed).
 
     ``mask_fallbacks``: actions whose coach evaluation is a fallback (their reward is a neutral 5/10 that no one
-    judged). ``mask_truncated``: responses cut at ``max_new_tokens``."""
-    kept, fallbacks, truncated = [], 0, 0
+    judged). ``mask_truncated``: responses cut at ``max_new_tokens``. Empty responses (nothing sampled) are always
+    left out. Re-tokenised responses are counted (``retokenized_responses``), not masked."""
+    kept, fallbacks, truncated, empty = [], 0, 0, 0
     for s in samples:
-        if mask_fallbacks and s.coach_fallback:
+        if s.response_ids is not None and not s.response_ids:
+            empty += 1  # nothing sampled (an aborted request): no token to carry a reward
+        elif mask_fallbacks and s.coach_fallback:
             fallbacks += 1
         elif mask_truncated and s.truncated:
             truncated += 1
@@ -128,8 +146,10 @@ def select_trainable(
     return kept, {
         "masked_fallbacks": fallbacks,
         "masked_truncated": truncated,
-        "masked_actions": fallbacks + truncated,
+        "masked_empty": empty,
+        "masked_actions": fallbacks + truncated + empty,
         "truncated_responses": sum(s.truncated for s in samples),
+        "retokenized_responses": sum(s.retokenized for s in samples),
     }
 
 
@@ -160,7 +180,10 @@ def tokenize_samples(
     rows, starts = [], []
     for s in samples:
         prompt = prompt_ids(tokenizer, s.messages)[-max_prompt_tokens:]
-        rows.append(prompt + response_ids(s, tokenizer)[:max_response_tokens])
+        response = response_ids(s, tokenizer)
+        if s.retokenized and len(response) > max_response_tokens:  # keep the EOS that ends re-tokenised text
+            response = [*response[: max_response_tokens - 1], response[-1]]
+        rows.append(prompt + response[:max_response_tokens])
         starts.append(len(prompt))
     width = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

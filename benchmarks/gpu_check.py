@@ -64,6 +64,7 @@ def main() -> int:
         device="cuda",
         dtype="bfloat16",
         gpu_memory_utilization=0.15,
+        truncated="keep",  # the random model's replies all run to max_new_tokens: keep them, to train at all
         out_dir=str(work / "run"),
         progress=False,
         tensorboard=False,
@@ -81,7 +82,7 @@ def main() -> int:
                 "rollout_s": round(m["rollout_s"], 1),
                 "update_s": round(m["train_s"], 1),
                 "sync_s": round(m["sync_s"], 2),
-                **{f"train_tok_s[{r}]": round(m[r]["train_tok_s"], 1) for r in trainer.roles},
+                **{f"train_tok_s[{r}]": round(m.get(r, {}).get("train_tok_s", 0.0), 1) for r in trainer.roles},
             }
             rows.append(row)
             print(json.dumps(row), flush=True)

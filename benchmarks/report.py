@@ -215,6 +215,10 @@ FAULT_KEYS = (
     "masked_fallbacks",
     "truncated_responses",
     "masked_truncated",
+    "masked_empty",
+    "masked_actions",
+    "retokenized_responses",
+    "grpo_singletons",
 )
 
 

@@ -193,12 +193,12 @@ def bench_trainer(completion: int = 32) -> dict[str, Any]:
     t = time.perf_counter()
     replies = policy.generate(prompts)
     samples = [
-        Sample("r", "r_0", str(i), f"p{i // 2}", 0, 1, p, reply, float(i % 2), 0.0)
+        Sample("r", "r_0", str(i), f"p{i // 2}", 0, 1, p, reply, float(i % 2), 0.0, list(reply.token_ids))
         for i, (p, reply) in enumerate(zip(prompts, replies, strict=True))
     ]
     learner.update(samples)
     ours_s = time.perf_counter() - t
-    tokens = sum(len(prompt_ids(tok, p)) for p in prompts) + sum(len(tok(r)["input_ids"]) for r in replies)
+    tokens = sum(len(prompt_ids(tok, p)) for p in prompts) + sum(len(r.token_ids) for r in replies)
     row = {
         "figure": f"trainer step, tiny model, {len(prompts)} samples x {completion} tokens: REINFORCE++ (tok/s)",
         "value": tokens / ours_s,

@@ -224,7 +224,8 @@ def _dry_run(cfg, preset_name: str) -> int:
     return 1
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def _train_config(args: argparse.Namespace):
+    """The ``TrainConfig`` of ``mappa train``'s arguments: the preset, with each flag given replacing its field."""
     import dataclasses
 
     from baselines.presets import preset
@@ -259,6 +260,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         lr=args.lr,
         weight_decay=args.weight_decay,
         warmup_ratio=args.warmup_ratio,
+        lr_schedule=args.lr_schedule,
         advantage_scope=args.advantage_scope,
         mask_coach_fallbacks=False if args.keep_coach_fallbacks else None,
         truncated=args.truncated,
@@ -272,6 +274,15 @@ def cmd_train(args: argparse.Namespace) -> int:
         resume=False if args.no_resume else None,
         progress=False if args.no_progress else None,
     )
+    if args.env and args.env != base.env_id and args.eval_split is None:
+        cfg = dataclasses.replace(cfg, eval_split=None)  # the preset's held-out split belongs to its own env
+    return cfg
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    cfg = _train_config(args)
     print(json.dumps(dataclasses.asdict(cfg)), flush=True)
     if args.dry_run:
         return _dry_run(cfg, args.preset)
@@ -384,17 +395,37 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     comparison report."""
     import subprocess
 
+    from baselines.checks import check_config, failed
+
     out = Path(args.out or f"runs/ablation-{args.preset}")
-    runs = []
+    arms = []
     for name, change in ABLATION:
-        cmd = [sys.executable, "-m", "mappa_envs.cli", "train", "--preset", args.preset, "--out", str(out / name)]
-        cmd += ["--seed", str(args.seed), "--estimator", change["estimator"]]
-        if "coach" in change:
-            cmd += ["--coach", change["coach"]]
-        if args.iterations is not None:
-            cmd += ["--iterations", str(args.iterations)]
-        cmd += ["--no-progress", *(["--no-resume"] if args.no_resume else [])]
-        print(f"[ablation] {name}: {' '.join(cmd[2:])}", flush=True)
+        argv = ["train", "--preset", args.preset, "--out", str(out / name), "--seed", str(args.seed)]
+        argv += ["--estimator", change["estimator"], *(["--coach", change["coach"]] if "coach" in change else [])]
+        for flag, value in (
+            ("--iterations", args.iterations),
+            ("--samples-per-prompt", args.samples_per_prompt),
+            ("--prompts-per-iteration", args.prompts_per_iteration),
+        ):
+            if value is not None:
+                argv += [flag, str(value)]
+        argv += ["--no-progress", *(["--no-resume"] if args.no_resume else [])]
+        arms.append((name, argv))
+    # every arm's configuration is checked before the first one starts (the GRPO arm of a preset with one sample
+    # per prompt would otherwise fail after two full runs)
+    refused = []
+    for name, argv in arms:
+        for c in failed(check_config(_train_config(build_parser().parse_args(argv)))):
+            refused.append(f"- {name}: {c.name}: {c.detail.splitlines()[0]}")
+    if refused:
+        print("[ablation] refused before any run:\n" + "\n".join(refused), file=sys.stderr)
+        if any("samples_per_prompt" in line for line in refused):
+            print("[ablation] every arm runs the same budget: pass --samples-per-prompt 2", file=sys.stderr)
+        return 1
+    runs = []
+    for name, argv in arms:
+        cmd = [sys.executable, "-m", "mappa_envs.cli", *argv]
+        print(f"[ablation] {name}: {' '.join(argv)}", flush=True)
         rc = subprocess.call(cmd)
         if rc != 0:
             print(f"[ablation] {name} failed with exit status {rc}", file=sys.stderr)
@@ -445,6 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=None, help="learning rate")
     p.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay")
     p.add_argument("--warmup-ratio", type=float, default=None, help="fraction of iterations of linear lr warm-up")
+    p.add_argument(
+        "--lr-schedule", choices=("cosine", "constant"), default=None, help="after the warm-up (default cosine)"
+    )
     p.add_argument("--advantage-scope", choices=("role", "team"), default=None, help="where advantages are normalised")
     p.add_argument(
         "--keep-coach-fallbacks",
@@ -487,6 +521,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="smoke")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--iterations", type=int, default=None)
+    p.add_argument("--samples-per-prompt", type=int, default=None, help="for every arm (GRPO needs 2 or more)")
+    p.add_argument("--prompts-per-iteration", type=int, default=None, help="for every arm")
     p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
     p.add_argument("--no-resume", action="store_true")
     p.set_defaults(func=cmd_ablate)

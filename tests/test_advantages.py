@@ -158,3 +158,11 @@ def test_token_logprobs_match_a_full_forward_pass():
         full = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits[:, :-1], -1)
         full = torch.gather(full, 2, ids[:, 1:, None]).squeeze(2)
     assert torch.allclose(fast[resp.bool()], full[resp.bool()], atol=1e-5)
+
+
+def test_group_normalisation_uses_the_unbiased_std_as_the_reference():
+    from baselines.advantages import group_normalized
+
+    out = group_normalized(torch.tensor([1.0, 0.0, 0.3, 0.9, 0.6, 0.5]), ["a", "a", "b", "b", "b", "c"])
+    # a: std of (1, 0) with n - 1 = 0.7071 -> +-0.7071; b: mean .6, unbiased std .3 -> -1, 1, 0; c: alone -> 0
+    assert out.tolist() == pytest.approx([0.70711, -0.70711, -1.0, 1.0, 0.0, 0.0], abs=1e-4)

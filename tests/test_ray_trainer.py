@@ -83,6 +83,27 @@ def test_smoke_runs_two_iterations_for_every_role(trained):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_rollouts_keep_the_engines_sampled_ids_and_training_uses_them(trained):
+    """Every action of the stored rollouts carries the token ids vLLM sampled (the random model never samples EOS in
+    32 tokens: every one is cut at max_new_tokens) and they decode to the action; the samples train on them."""
+    from baselines.samples import samples_from_episodes
+    from mappa_envs.core import read_jsonl
+
+    records = read_jsonl(trained["out"] / "rollouts" / "iter-00000.jsonl")
+    tok = trained["trainer"].tokenizer
+    acts = [a for r in records for a in r.actions]
+    for act in acts:
+        gen = act.info["generation"]
+        assert len(gen["token_ids"]) == 32 and gen["finish_reason"] == "length"
+    decoded = [tok.decode(a.info["generation"]["token_ids"], skip_special_tokens=True) for a in acts]
+    assert sum(d.strip() == a.output.strip() for d, a in zip(decoded, acts, strict=True)) >= 0.8 * len(acts)
+    samples = [s for ss in samples_from_episodes(records).values() for s in ss]
+    assert all(s.truncated and not s.retokenized and len(s.response_ids) == 32 for s in samples)
+    m = trained["history"][0]["problem_solver"]
+    assert m["truncated_responses"] == m["samples"] and m["masked_truncated"] == 0  # the smoke preset keeps them
+    assert m["lr"] == pytest.approx(trained["cfg"].lr_at(0))  # the warm-up's rate reached DeepSpeed's optimiser
+
+
 def test_engine_outputs_change_after_sync_and_match_the_trainer_weights(trained):
     """The engine's output checked is its log-probability of every token of a probe (vLLM prompt_logprobs): a
     greedy sample of a tiny random model often keeps its argmax through small updates, log-probs never do."""

@@ -49,7 +49,11 @@ def test_report_of_a_process_and_an_outcome_run(tmp_path):
     md = (out / "report.md").read_text()
     assert "| coach | 2 |" in md and "| outcome | 2 |" in md and "![" in md
     assert "code_executor" in md and "## Coach bias (tables)" in md
-    # the coach's work and the masked actions, summed over the iterations (2 x 4 episodes, 1 solver action each)
-    assert "## Coach faults and masked actions" in md and "| coach | problem_solver | 8 | 8 | 0 | 0 | 0 | 0 | 0 |" in md
+    # the coach's work and the masked actions, summed over the iterations (2 x 4 episodes, 1 solver action each):
+    # 8 evaluations and no request (a rule coach asks no model), 8 truncated responses kept (truncated="keep")
+    assert (
+        "## Coach faults and masked actions" in md
+        and "| coach | problem_solver | 8 | 0 | 0 | 0 | 0 | 0 | 0 | 8 | 0 | 0 | 0 | 0 | 0 |" in md
+    )
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 3 and "<table>" in page

@@ -123,11 +123,13 @@ def test_train_one_iteration_then_evaluate_heldout(env_id, tmp_path):
         env_id=env_id,
         env_kwargs=env_kwargs,
         iterations=1,
-        prompts_per_iteration=1,
+        prompts_per_iteration=2,
         samples_per_prompt=1,
         max_new_tokens=8,
         max_prompt_tokens=512,
-        coach="rule",
+        lr=1e-3,
+        coach="mappa_envs.coach:LengthCoach",  # scores that vary between the random model's actions
+        truncated="keep",  # the random model never samples EOS in 8 tokens: masked, nothing would be trained
         eval_episodes=2,
         trainer="local",
         progress=False,
@@ -154,6 +156,9 @@ def test_train_one_iteration_then_evaluate_heldout(env_id, tmp_path):
     finally:
         trainer.close()
     assert len(metrics) == 1
+    # the iteration trained: some role had a signal and took a step
+    stepped = [r for r in trainer.roles if metrics[0][r].get("skipped") == 0]
+    assert stepped and all(metrics[0][r]["grad_norm"] > 0 and metrics[0][r]["samples"] > 0 for r in stepped)
     trained_on = {r.task_id for r in TrajectoryStore(tmp_path).load(0).values()}
     assert trained_on and trained_on <= {t.id for t in train_tasks}
     heldout_tasks = _tasks(env_id, heldout_kwargs)

@@ -177,14 +177,23 @@ def test_the_mixed_wrappers_reward_is_what_training_uses():
 
 
 def test_select_trainable_masks_fallbacks_and_truncated_and_counts_them():
-    ok = _sample()
-    fallback = _sample(coach={"score": 5.0, "fallback_used": True})
-    cut = _sample(truncated=True)
-    kept, counts = select_trainable([ok, fallback, cut], mask_fallbacks=True, mask_truncated=True)
-    assert kept == [ok]
-    assert counts == {"masked_fallbacks": 1, "masked_truncated": 1, "masked_actions": 2, "truncated_responses": 1}
-    kept, counts = select_trainable([ok, fallback, cut], mask_fallbacks=False, mask_truncated=False)
-    assert kept == [ok, fallback, cut] and counts["masked_actions"] == 0
+    ok = _sample(ids=[5, 2])
+    fallback = _sample(ids=[5, 2], coach={"score": 5.0, "fallback_used": True})
+    cut = _sample(ids=[5, 6], truncated=True)
+    empty = _sample(ids=[])  # an aborted request: nothing to put a reward on
+    text = _sample()  # no ids stored: re-tokenised, counted, trained on
+    kept, counts = select_trainable([ok, fallback, cut, empty, text], mask_fallbacks=True, mask_truncated=True)
+    assert kept == [ok, text]
+    assert counts == {
+        "masked_fallbacks": 1,
+        "masked_truncated": 1,
+        "masked_empty": 1,
+        "masked_actions": 3,
+        "truncated_responses": 1,
+        "retokenized_responses": 1,
+    }
+    kept, counts = select_trainable([ok, fallback, cut, empty], mask_fallbacks=False, mask_truncated=False)
+    assert kept == [ok, fallback, cut] and counts["masked_actions"] == 1
 
 
 # ---------------------------------------------------------------------------------------------- with a model
@@ -261,9 +270,13 @@ def test_learning_rate_warmup():
 
     cfg = TrainConfig(lr=1e-4, iterations=100, warmup_ratio=0.03)
     assert cfg.warmup_iterations() == 3
-    assert [cfg.lr_at(i) for i in range(5)] == pytest.approx([2.5e-5, 5e-5, 7.5e-5, 1e-4, 1e-4])
+    # linear warm-up, then the reference's cosine down to 10% at the last iteration
+    assert [cfg.lr_at(i) for i in range(4)] == pytest.approx([2.5e-5, 5e-5, 7.5e-5, 1e-4])
+    assert cfg.lr_at(99) == pytest.approx(1e-5) and cfg.lr_at(51) == pytest.approx(5.5e-5)
+    assert cfg.lr_at(60) < cfg.lr_at(50) < cfg.lr_at(4) < 1e-4
     assert TrainConfig(lr=1e-4, iterations=4).lr_at(0) == pytest.approx(5e-5)  # never a step at lr 0
-    assert TrainConfig(lr=1e-4, warmup_ratio=0.0).lr_at(0) == 1e-4
+    constant = TrainConfig(lr=1e-4, iterations=100, warmup_ratio=0.0, lr_schedule="constant")
+    assert constant.lr_at(0) == constant.lr_at(99) == 1e-4
 
 
 # ---------------------------------------------------------------------------------------------- coach faults
@@ -377,3 +390,67 @@ def test_the_coach_and_the_outcome_grade_correctness_the_same_way():
         assert final.role == "verifier" and final.info["coach"]["answer_correct"] is rec.outcome["correct"]
         seen.add(rec.outcome["correct"])
     assert seen == {True, False}
+
+
+def test_vllm_policy_returns_the_engines_ids_and_finish_reasons():
+    """VLLMPolicy over an in-process engine (VLLMEngine with a stand-in for vLLM's LLM, so no model is loaded):
+    the ids and finish reasons the engine reports reach the rollout's Generation replies; a request that did not
+    finish on its own (finish_reason None) counts as cut."""
+    from types import SimpleNamespace
+
+    from baselines.distributed import VLLMEngine, VLLMPolicy
+
+    class FakeLLM:
+        def generate(self, prompts, params, use_tqdm=False):
+            outs = [("done", [7, 8, 2], "stop"), ("cut", [9, 9, 9], "length"), ("?", [4], None)]
+            return [
+                SimpleNamespace(outputs=[SimpleNamespace(text=t, token_ids=i, finish_reason=f)]) for t, i, f in outs
+            ]
+
+    engine = VLLMEngine.__new__(VLLMEngine)
+    engine.llm = FakeLLM()
+    policy = VLLMPolicy(engine, _Tok(), max_prompt_tokens=8, max_new_tokens=3, temperature=0.7)
+    replies = policy.generate([[{"role": "user", "content": "a"}]] * 3)
+    assert [(str(r), r.token_ids, r.finish_reason) for r in replies] == [
+        ("done", (7, 8, 2), "stop"),
+        ("cut", (9, 9, 9), "length"),
+        ("?", (4,), "length"),
+    ]
+    assert all(isinstance(r, Generation) for r in replies) and policy.generated_tokens == 7
+
+
+@needs_models
+def test_the_trainer_uses_the_sampling_temperature_and_the_scheduled_rate(tiny_model, tmp_path, monkeypatch):
+    import baselines.local_trainer as lt
+    from baselines.local_trainer import LocalTrainer, TrainConfig
+
+    seen: list[float] = []
+    real = lt.token_logprobs
+
+    def spy(model, batch, temperature=1.0):
+        seen.append(temperature)
+        return real(model, batch, temperature)
+
+    monkeypatch.setattr(lt, "token_logprobs", spy)
+    cfg = TrainConfig(
+        model=tiny_model,
+        coach="mappa_envs.coach:LengthCoach",
+        iterations=2,
+        prompts_per_iteration=2,
+        samples_per_prompt=1,
+        max_new_tokens=8,
+        lr=1e-3,
+        temperature=0.7,
+        truncated="keep",
+        out_dir=str(tmp_path),
+        progress=False,
+        tensorboard=False,
+    )
+    trainer = LocalTrainer(cfg)
+    metrics = trainer.train()
+    trainer.close()
+    assert seen and set(seen) == {0.7}  # policy, old and reference log-probs all at the sampling temperature
+    for m in metrics:
+        stepped = [r for r in trainer.roles if m[r]["skipped"] == 0]
+        assert stepped and all(m[r]["lr"] == pytest.approx(cfg.lr_at(m["iteration"])) for r in stepped)
+    assert cfg.lr_at(0) < cfg.lr_at(1)  # the warm-up's first iteration

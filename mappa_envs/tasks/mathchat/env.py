@@ -34,7 +34,12 @@ from ...heldout import pick_split
 from . import prompts
 from .data import SPLITS, load_split, load_task_file, tasks_from_rows
 
-HELDOUT = {"aime-train": "aime-eval-32", "amc-train": "amc-eval-32", "arith-train": "arith-eval"}
+HELDOUT = {
+    "aime-train": "aime-eval-32",
+    "aime-train-512": "aime-eval-32",
+    "amc-train": "amc-eval-32",
+    "arith-train": "arith-eval",
+}
 """The held-out split of each training split (evaluation without an explicit ``split``)."""
 
 
