@@ -35,8 +35,8 @@ model's ``config.json``, no weights loaded), ``b`` bytes per parameter (``cfg.re
     bf16 or with ZeRO stage 1+, DeepSpeed's flat float32 copy of the weights (``4P``). ZeRO stage 1/2/3 shards
     the optimiser states (and that copy) / the gradients / the weights over ``world_size`` ranks. ZeRO-3 also
     keeps a flat float32 gradient partition (``4P / world_size``) and its buckets, prefetch and allocator slack
-    (1 GiB per rank, set so that SmolLM2-135M in float32 with one rank comes to the ~2 GB more than stage 0
-    measured);
+    (1 GiB per rank, at most ``8P``, set so that SmolLM2-135M in float32 with one rank comes to the ~2 GB more than
+    stage 0 measured);
   - the activations of one micro-batch per rank, ``micro_batch * (max_prompt_tokens + max_new_tokens)`` tokens:
     per token ``num_layers * k * (2*hidden_size + intermediate_size) * b`` bytes for the layers plus
     ``vocab_size * (b + 8)`` bytes for the logits (their float32 copy and log-softmax; only the response tokens,
@@ -95,7 +95,16 @@ RANK_RUNTIME_GIB = 0.45
 ZERO3_FIXED_GIB = 1.0
 """ZeRO-3's buckets, prefetch and allocator slack per rank, beyond its flat float32 copies of the weights and of
 the gradient partition (``8P`` bytes): together ~2 GB per role more than stage 0 for SmolLM2-135M in float32 with
-one rank (measured)."""
+one rank (measured). The buckets are sized in elements (2e7-5e7, see ``deepspeed_config``) and cannot hold more than
+the model: for a model smaller than SmolLM2 the slack is ``8P`` bytes at most (:func:`zero3_slack`)."""
+
+
+def zero3_slack(P: int) -> float:
+    """Bytes of ZeRO-3 slack per rank: ``ZERO3_FIXED_GIB``, but no more than ``8P`` (two float32 copies of a model
+    smaller than the buckets: 1.08 GB for SmolLM2-135M, 26 MB for the 3M-parameter test model)."""
+    return min(ZERO3_FIXED_GIB * GiB, 8 * P)
+
+
 DRIVER_GIB = 1.5
 """The Ray driver (this process) and its object store (capped at 1.5 GiB by the trainer)."""
 LOCAL_RUNTIME_GIB = 1.0
@@ -432,7 +441,7 @@ def _rank_states(cfg: TrainConfig, P: int, b: int) -> dict[str, float]:
         "rank runtime": W * RANK_RUNTIME_GIB * GiB,
     }
     if stage == 3:
-        out["ZeRO-3 gradient partition, buckets, slack"] = 4 * P + W * ZERO3_FIXED_GIB * GiB
+        out["ZeRO-3 gradient partition, buckets, slack"] = 4 * P + W * zero3_slack(P)
     return out
 
 

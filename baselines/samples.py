@@ -112,7 +112,8 @@ def _requests(ev: dict[str, Any]) -> int:
 
 def coach_counts(samples: Sequence[Sample]) -> dict[str, int]:
     """What the coach did for these actions: evaluations, requests sent (1 + retries + a re-prompt each, none when
-    cached), retries, re-prompts, lenient parses and fallbacks (read from each action's stored evaluation)."""
+    cached), retries, re-prompts, lenient parses, ambiguous replies (several different scores) and fallbacks (read
+    from each action's stored evaluation)."""
     evs = [s.coach for s in samples if s.coach]
     return {
         "coach_evaluations": len(evs),
@@ -120,6 +121,7 @@ def coach_counts(samples: Sequence[Sample]) -> dict[str, int]:
         "coach_retries": sum(int(e.get("retries", 0)) for e in evs),
         "coach_reprompts": sum(bool(e.get("reprompted")) for e in evs),
         "coach_lenient": sum(e.get("parse") == "lenient" for e in evs),
+        "coach_ambiguous": sum(bool(e.get("ambiguous")) for e in evs),
         "coach_fallbacks": sum(bool(e.get("fallback_used")) for e in evs),
     }
 

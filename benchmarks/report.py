@@ -211,6 +211,7 @@ FAULT_KEYS = (
     "coach_retries",
     "coach_reprompts",
     "coach_lenient",
+    "coach_ambiguous",
     "coach_fallbacks",
     "masked_fallbacks",
     "truncated_responses",

@@ -167,6 +167,35 @@ def test_llm_coach_reprompt_succeeds_and_lenient_parse():
     assert ev.score == 3.0 and ev.parse == "lenient" and not ev.fallback_used
 
 
+def test_scores_inside_thinking_are_ignored_by_rule():
+    from mappa_envs.coach.protocol import is_ambiguous, reasoning_of, strip_thinking
+
+    draft = "<think>First guess PROCESS_SCORE: 2, ANSWER_CORRECT: 0 ... no, better.</think>"
+    assert parse_score(draft + "Fine.\nPROCESS_SCORE: 8\nANSWER_CORRECT: 1") == 8.0
+    assert parse_answer_correct(draft + "PROCESS_SCORE: 8\nANSWER_CORRECT: 1") is True
+    # a server that drops the opening tag (Qwen3's template): everything before the closing one is thinking
+    assert parse_score("maybe PROCESS_SCORE: 1 hmm</think>\nPROCESS_SCORE: 9") == 9.0
+    # still thinking when the reply was cut: no verdict at all (re-prompt), not the draft
+    assert parse_score("PROCESS_SCORE: 6\n<think>wait, PROCESS_SCORE: 3 is") == 6.0
+    assert parse_score("<think>PROCESS_SCORE: 3 and then the reply was cut") is None
+    assert parse_score_lenient("<think>score 2</think> no number") is None
+    assert not is_ambiguous(draft + "PROCESS_SCORE: 8")
+    assert reasoning_of(draft + "Good work.\nPROCESS_SCORE: 8") == "Good work." == strip_thinking(draft + "Good work.")
+
+
+def test_several_different_scores_are_flagged_ambiguous_and_counted():
+    from mappa_envs.coach.protocol import is_ambiguous
+
+    assert is_ambiguous("PROCESS_SCORE: 3\n...on reflection\nPROCESS_SCORE: 7")
+    assert not is_ambiguous("PROCESS_SCORE: 7\nSummary: PROCESS_SCORE: 7")  # the same value repeated
+    coach = LLMCoach(FakeBackend(["PROCESS_SCORE: 3\nactually\nPROCESS_SCORE: 7"]), backoff_s=0)
+    ev = coach.evaluate(_an_input())
+    assert ev.score == 7.0 and ev.ambiguous and ev.parse == "strict" and coach.stats.counts["ambiguous"] == 1
+    assert ev.to_dict()["ambiguous"] is True  # stored with the action, counted per role in training metrics
+    ev = LLMCoach(FakeBackend(["PROCESS_SCORE: 7"]), backoff_s=0).evaluate(_an_input())
+    assert not ev.ambiguous
+
+
 def test_llm_coach_retries_errors_then_falls_back():
     coach = LLMCoach(FakeBackend([TimeoutError("slow"), ConnectionError("reset"), "PROCESS_SCORE: 9"]), backoff_s=0)
     ev = coach.evaluate(_an_input())

@@ -29,6 +29,7 @@ from .protocol import (
     CoachInput,
     Templates,
     clamp,
+    is_ambiguous,
     parse_answer_correct,
     parse_score,
     parse_score_lenient,
@@ -47,7 +48,14 @@ class CoachStats:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.counts: dict[str, int] = {"calls": 0, "retries": 0, "reprompts": 0, "lenient": 0, "fallbacks": 0}
+        self.counts: dict[str, int] = {
+            "calls": 0,
+            "retries": 0,
+            "reprompts": 0,
+            "lenient": 0,
+            "ambiguous": 0,
+            "fallbacks": 0,
+        }
         self.counts["cache_hits"] = 0
 
     def add(self, **kw: int) -> None:
@@ -327,6 +335,7 @@ class LLMCoach:
             score = parse_score(reply)
             if score is not None:
                 ev.score, ev.parse = score, "strict"
+                ev.ambiguous = is_ambiguous(reply)
             else:
                 answer = ", and `ANSWER_CORRECT: 0|1` on another line" if inp.ground_truth is not None else ""
                 again = [*messages, {"role": "assistant", "content": reply}]
@@ -342,6 +351,7 @@ class LLMCoach:
                 score = parse_score(second) if second is not None else None
                 if score is not None:
                     ev.score, ev.parse = score, "reprompt"
+                    ev.ambiguous = is_ambiguous(second)
                 elif (lenient := parse_score_lenient(ev.raw_reply)) is not None:
                     ev.score, ev.parse = lenient, "lenient"
                     self.stats.add(lenient=1)
@@ -353,6 +363,8 @@ class LLMCoach:
                 ev.answer_correct = parse_answer_correct(ev.raw_reply)
         if ev.fallback_used:
             self.stats.add(fallbacks=1)
+        if ev.ambiguous:
+            self.stats.add(ambiguous=1)
         ev.latency_s = time.perf_counter() - start
         if self.cache is not None and not ev.fallback_used:
             self.cache.put(key, ev)

@@ -96,6 +96,8 @@ class CoachEvaluation:
     """How the score was read: ``strict``, ``reprompt``, ``lenient``, ``rule``, ``fallback``."""
     fallback_used: bool = False
     fallback_reason: str | None = None
+    ambiguous: bool = False
+    """The reply held several different ``PROCESS_SCORE`` values (outside its thinking); the last one was used."""
     answer_correct: bool | None = None
     cached: bool = field(default=False, compare=False)
     members: list[dict[str, Any]] = field(default_factory=list)
@@ -115,15 +117,43 @@ def clamp(score: float) -> float:
     return min(10.0, max(0.0, float(score)))
 
 
+_THINK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
+
+
+def strip_thinking(reply: str) -> str:
+    """The reply without its reasoning-model thinking: every ``<think>...</think>`` block, everything before a
+    closing ``</think>`` whose opening tag the server dropped (as Qwen3's chat template does), and an unclosed
+    ``<think>`` to the end. Scores written while thinking are drafts, not the verdict."""
+    text = _THINK.sub("", reply or "")
+    low = text.lower()
+    if "</think>" in low:
+        text = text[low.rindex("</think>") + len("</think>") :]
+        low = text.lower()
+    if "<think>" in low:
+        text = text[: low.index("<think>")]
+    return text
+
+
+def score_lines(reply: str) -> list[float]:
+    """Every ``PROCESS_SCORE: x`` of a reply outside its thinking, clamped to [0, 10], in order."""
+    return [clamp(float(x)) for x in _SCORE.findall(strip_thinking(reply))]
+
+
 def parse_score(reply: str) -> float | None:
-    """The last ``PROCESS_SCORE: x`` of a reply, clamped to [0, 10]; None when absent."""
-    found = _SCORE.findall(reply or "")
-    return clamp(float(found[-1])) if found else None
+    """The last ``PROCESS_SCORE: x`` of a reply outside its thinking (:func:`strip_thinking`), clamped to [0, 10];
+    None when absent. Several different values make the evaluation ambiguous (:func:`is_ambiguous`)."""
+    found = score_lines(reply)
+    return found[-1] if found else None
+
+
+def is_ambiguous(reply: str) -> bool:
+    """More than one ``PROCESS_SCORE`` value outside the thinking (repeating the same value is not ambiguous)."""
+    return len(set(score_lines(reply))) > 1
 
 
 def parse_score_lenient(reply: str) -> float | None:
-    """A last resort: 'score ... 7', 'rating: 8/10'. None when nothing plausible is there."""
-    found = [a or b for a, b in _LENIENT.findall(reply or "")]
+    """A last resort: 'score ... 7', 'rating: 8/10' (outside the thinking). None when nothing plausible is there."""
+    found = [a or b for a, b in _LENIENT.findall(strip_thinking(reply))]
     for value in reversed(found):
         v = float(value)
         if 0 <= v <= 10:
@@ -132,14 +162,15 @@ def parse_score_lenient(reply: str) -> float | None:
 
 
 def parse_answer_correct(reply: str) -> bool | None:
-    found = _ANSWER.findall(reply or "")
+    """The last ``ANSWER_CORRECT: 0|1`` outside the thinking; None when absent."""
+    found = _ANSWER.findall(strip_thinking(reply))
     return found[-1] == "1" if found else None
 
 
 def reasoning_of(reply: str) -> str:
-    """The reply without its score lines."""
+    """The reply without its thinking and its score lines."""
     return "\n".join(
-        line for line in (reply or "").splitlines() if not _SCORE.search(line) and not _ANSWER.search(line)
+        line for line in strip_thinking(reply).splitlines() if not _SCORE.search(line) and not _ANSWER.search(line)
     ).strip()
 
 
