@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import ExecResult, ExecStatus, FileChange, Limits, Sandbox, Session
+from .base import ExecResult, ExecStatus, FileChange, Limits, Sandbox, Session, UnsafeFileError, reap_workspaces
 from .subprocess_backend import SubprocessSandbox
 
 
@@ -106,8 +106,10 @@ __all__ = [
     "Sandbox",
     "Session",
     "SubprocessSandbox",
+    "UnsafeFileError",
     "auto_backend",
     "available_backends",
     "make_sandbox",
+    "reap_workspaces",
     "register_backend",
 ]

@@ -1,4 +1,8 @@
-"""`python -m sandboxes build [--force] [--mirror URL] [--tag TAG]` and `python -m sandboxes reap [--all]`."""
+"""`python -m sandboxes build [--force] [--mirror URL] [--tag TAG]` and `python -m sandboxes reap [--all]`.
+
+``reap`` removes what crashed runs left: sandbox containers whose owner is gone (all of them with ``--all``) and
+session folders (workspaces) whose owner is gone (:func:`sandboxes.base.reap_workspaces`: only folders that carry
+this host's owner marker, never a live run's)."""
 
 from __future__ import annotations
 
@@ -14,8 +18,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m sandboxes") -> in
     b.add_argument("--mirror", default=None, help="Debian mirror (default: the host's apt configuration)")
     b.add_argument("--tag", default=None)
     b.add_argument("--rootfs-only", action="store_true", help="only the rootfs (bubblewrap); no Docker engine needed")
-    r = sub.add_parser("reap", help="remove sandbox containers left by crashed runs")
+    r = sub.add_parser("reap", help="remove the sandbox containers and workspaces left by crashed runs")
     r.add_argument("--all", action="store_true", help="remove every sandbox container, live owners too")
+    r.add_argument("--tmpdir", default=None, help="where the session folders are (default: the temporary directory)")
     v = sub.add_parser("serve", help="serve a SandboxFusion-compatible /run_code endpoint")
     v.add_argument("--backend", default="bubblewrap")
     v.add_argument("--host", default="127.0.0.1")
@@ -39,12 +44,29 @@ def main(argv: list[str] | None = None, prog: str = "python -m sandboxes") -> in
 
             print(build_image(args.tag or DEFAULT_IMAGE, force=args.force, mirror=args.mirror))
         else:
-            from .docker_backend import reap
-
-            print(f"removed {reap(all_owners=args.all)} container(s)")
+            return _reap(args.all, args.tmpdir)
     except RuntimeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _reap(all_containers: bool, tmpdir: str | None) -> int:
+    """Containers first (they hold the workspaces' bind mounts), then the session folders of dead owners."""
+    from .base import reap_workspaces
+
+    try:
+        from .docker_backend import docker_client, reap
+
+        client = docker_client(timeout=10)
+    except RuntimeError as e:
+        print(f"containers: skipped ({e})")
+    else:
+        print(f"removed {reap(client, all_owners=all_containers)} container(s)")
+    from .cgroups import reap as reap_cgroups
+
+    print(f"removed {reap_cgroups(all_owners=all_containers)} bubblewrap cgroup(s) of dead owners")
+    print(f"removed {reap_workspaces(tmpdir)} workspace folder(s) of dead owners")
     return 0
 
 

@@ -8,10 +8,14 @@ is there, so it imports nothing from this package. Usage::
 It listens on a Unix socket and serves one connection. Each request is a JSON line::
 
     {"path": "/code/cell_3.py", "timeout": 10, "output_bytes": 16384, "memory_bytes": 0, "fsize_bytes": 0,
-     "nproc": 0}
+     "nproc": 0, "nofile": 0}
 
-and each reply a JSON line with ``exit_code`` (negative: killed by that signal), ``timed_out``, ``stdout``,
-``stderr`` (head and tail kept, with a marker), ``stdout_truncated``, ``stderr_truncated``.
+answered first by ``{"started": true}`` (sent before the block is forked), then by a JSON line with
+``exit_code`` (negative: killed by that signal), ``timed_out``, ``stdout``, ``stderr`` (head and tail kept, with a
+marker), ``stdout_truncated``, ``stderr_truncated``.
+
+The worker dies with the host: on the host it asks for a parent-death signal, and it stops serving when the host's
+connection closes.
 
 Semantics: every block starts from the worker's state right after preloading (its own fresh globals; nothing a
 previous block defined), files in the workspace persist, and modules already preloaded import instantly. After
@@ -68,6 +72,9 @@ def child(req, workspace, w_out, w_err):
         os.dup2(devnull, 0)
         os.dup2(w_out, 1)
         os.dup2(w_err, 2)
+        # nothing of the worker's beyond stdio: not its connection to the host (a block could write a forged
+        # result into it), not the other pipes
+        os.closerange(3, 65536)
         import resource
 
         if req.get("memory_bytes"):
@@ -80,6 +87,8 @@ def child(req, workspace, w_out, w_err):
             resource.setrlimit(resource.RLIMIT_FSIZE, (req["fsize_bytes"], req["fsize_bytes"]))
         if req.get("nproc"):
             resource.setrlimit(resource.RLIMIT_NPROC, (req["nproc"], req["nproc"]))
+        if req.get("nofile"):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (req["nofile"], req["nofile"]))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         try:
             with open("/proc/self/oom_score_adj", "w") as f:
@@ -206,8 +215,22 @@ def kill_everyone_else():
             break
 
 
+def die_with_parent():
+    """Ask the kernel to SIGKILL this worker when the thread that started it ends (Linux only): on the host
+    (subprocess backend), the host's launcher thread, which lives as long as the host process. Inside a sandbox the
+    worker's parent is the sandbox's own init; there bwrap's --die-with-parent or the container does the job."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 def main():
     sock_path, workspace, preload, kill_all = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+    if not kill_all:  # KILL_ALL=0: running on the host, not in a PID namespace or container
+        die_with_parent()
     for name in filter(None, preload.split(",")):
         try:
             __import__(name)
@@ -218,9 +241,13 @@ def main():
     srv.bind(tmp)
     os.rename(tmp, sock_path)  # the socket appears only once the worker is ready
     srv.listen(1)
+    srv.settimeout(300)  # a host that never connects (it died) does not keep the worker forever
     conn, _ = srv.accept()
+    conn.settimeout(None)
     stream = conn.makefile("rwb")
-    for line in stream:
+    for line in stream:  # ends when the host closes the connection (or dies)
+        stream.write(b'{"started": true}\n')  # before the fork: a block never acknowledged never ran
+        stream.flush()
         try:
             reply = run(json.loads(line), workspace, kill_all)
         except Exception as e:

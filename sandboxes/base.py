@@ -5,19 +5,26 @@ A :class:`Sandbox` is a configured backend (limits, interpreter, image). ``sandb
 episode (files written by one agent are there for the next) and is removed by ``close()``.
 
 Every execution returns an :class:`ExecResult` whose ``status`` is one of ``ok``, ``error``, ``timeout`` or
-``oom``. A backend never raises for a failure of the *executed code*; it raises only when the backend itself
-cannot run anything (for example, no Docker engine).
+``oom``, or ``worker_lost`` when a warm worker died and the block has no result. A backend never raises for a
+failure of the *executed code*; it raises only when the backend itself cannot run anything (for example, no
+Docker engine).
 """
 
 from __future__ import annotations
 
 import abc
+import atexit
 import enum
+import json
 import os
 import shutil
 import signal
+import socket
+import stat
 import subprocess
 import tempfile
+import time
+import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +39,10 @@ class ExecStatus(enum.StrEnum):
     ERROR = "error"  # non-zero exit (exception, syntax error, killed by a signal other than timeout/oom)
     TIMEOUT = "timeout"  # wall-clock limit reached; the process group was killed
     OOM = "oom"  # memory limit reached (MemoryError, or killed by the kernel's OOM killer)
+    WORKER_LOST = "worker_lost"
+    """The warm worker died or could not be started: the block's result is unknown (``error`` says whether it
+    started at all). Not the executed code's outcome: a block that provably never started is retried once on a
+    fresh worker first, and only a second failure is reported."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,8 @@ class Limits:
     """Bytes kept from each of stdout and stderr; the rest is counted and dropped with a marker."""
     file_size_mb: int = 256
     """Largest single file the code may write."""
+    nofile: int = 256
+    """Open file descriptors per process (``RLIMIT_NOFILE``: files, sockets, pipes); past it, ``EMFILE``."""
     workspace_mb: int | None = None
     """Quota of the whole workspace (a size-limited tmpfs mounted on it; needs root). None: no quota."""
 
@@ -100,7 +113,9 @@ class ExecResult:
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    """Map every regular file under ``root`` (symlinks are not followed) to ``(size, mtime_ns)``."""
+    """Map every file under ``root`` that is not a directory to ``(size, mtime_ns)``, from ``lstat`` only: links are
+    not followed and nothing is opened, so a named pipe or a socket is listed without blocking (and is refused by
+    :meth:`Session.read_file`)."""
     out: dict[str, tuple[int, int]] = {}
     for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
         for name in filenames:
@@ -124,24 +139,198 @@ def diff_snapshots(before: dict[str, tuple[int, int]], after: dict[str, tuple[in
     return changes
 
 
+_KINDS = {
+    stat.S_IFIFO: "named pipe (FIFO)",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFDIR: "directory",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFLNK: "symbolic link",
+    stat.S_IFREG: "regular file",
+}
+
+
+def file_kind(mode: int) -> str:
+    """What a file is, in words (``st_mode`` of an ``lstat``): "named pipe (FIFO)", "socket", "directory"..."""
+    return _KINDS.get(stat.S_IFMT(mode), "special file")
+
+
+class UnsafeFileError(ValueError):
+    """A workspace file the host refuses to touch: not a regular file, a hard link, a link, or outside the
+    workspace. Its message names what the file is."""
+
+
+_O_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def _refuse_unsafe(relpath: str, st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        extra = " (symlinks are not followed)" if stat.S_ISLNK(st.st_mode) else ""
+        raise UnsafeFileError(f"{relpath} is a {file_kind(st.st_mode)}, not a regular file: it is not read{extra}")
+    if st.st_nlink > 1:
+        raise UnsafeFileError(
+            f"{relpath} is a hard link ({st.st_nlink} names for the same file, maybe one outside the workspace): "
+            "it is not read"
+        )
+
+
+# ------------------------------------------------------------------ session folders, their owner and the reaper
+SESSION_PREFIX = "mappa-session-"
+"""Every session's private folder in the temporary directory: ``workspace/`` (unless one was given), the code and
+IPC folders of the backend, and :data:`OWNER_FILE`."""
+OWNER_FILE = "owner.json"
+
+
+def process_start(pid: int) -> float:
+    """The start time of ``pid`` (clock ticks since boot), -1 when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return float(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return -1.0
+
+
+def pid_alive(pid: int, start: float) -> bool:
+    """Whether ``pid`` is alive and is the same process (start time matches: pids are reused)."""
+    if pid <= 0:
+        return False
+    return process_start(pid) == start
+
+
+def owner_record() -> dict[str, Any]:
+    """What identifies this process across pid reuse: pid, start time, host."""
+    return {"pid": os.getpid(), "start": process_start(os.getpid()), "host": socket.gethostname()}
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a folder the host owns, whatever modes the code inside left on it (a read-only sub-folder...)."""
+    shutil.rmtree(path, ignore_errors=True)
+    if os.path.lexists(path):
+        for dirpath, dirnames, _ in os.walk(path):
+            for d in dirnames:
+                try:
+                    os.chmod(os.path.join(dirpath, d), 0o700, follow_symlinks=False)
+                except OSError:
+                    pass
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _orphaned(entry: os.DirEntry) -> bool:
+    """Whether ``entry`` is provably a session folder of a dead process of this host, owned by us."""
+    try:
+        st = entry.stat(follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return False
+        marker = os.path.join(entry.path, OWNER_FILE)
+        mst = os.lstat(marker)
+        if not stat.S_ISREG(mst.st_mode) or mst.st_uid != os.geteuid() or mst.st_size > 4096:
+            return False
+        with open(marker, "rb") as f:
+            owner = json.loads(f.read())
+        pid, start, host = int(owner["pid"]), float(owner["start"]), str(owner["host"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return host == socket.gethostname() and not pid_alive(pid, start)
+
+
+def reap_workspaces(tmpdir: str | Path | None = None) -> int:
+    """Remove the session folders (workspaces included) of crashed runs; returns how many were removed.
+
+    Only folders it can prove are ours: a name starting with :data:`SESSION_PREFIX`, owned by this user, holding
+    an :data:`OWNER_FILE` of this host whose process (pid and start time) is gone. Nothing else is touched: not a
+    live run's folder, not another host's, not one without the marker. A workspace that is still a quota mount
+    (``Limits.workspace_mb``) is unmounted first.
+    """
+    removed = 0
+    try:
+        entries = list(os.scandir(tmpdir or tempfile.gettempdir()))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.startswith(SESSION_PREFIX) or not _orphaned(entry):
+            continue
+        ws = os.path.join(entry.path, "workspace")
+        if os.path.ismount(ws):
+            subprocess.run(["umount", "-l", ws], check=False, capture_output=True)
+            if os.path.ismount(ws):
+                continue
+        remove_tree(Path(entry.path))
+        removed += not os.path.lexists(entry.path)
+    return removed
+
+
+_reaped_once = False
+
+
+def _reap_once() -> None:
+    """The first session of a process removes what crashed runs left in the temporary directory."""
+    global _reaped_once
+    if not _reaped_once:
+        _reaped_once = True
+        try:
+            reap_workspaces()
+        except Exception:
+            pass
+
+
+_live_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_sessions() -> None:
+    """Sessions never closed are closed at interpreter exit: workers stopped, folders removed."""
+    for s in list(_live_sessions):
+        try:
+            s.close()
+        except Exception:
+            pass
+
+
 class Session(abc.ABC):
-    """One episode's execution context: a persistent workspace plus the backend's process/container."""
+    """One episode's execution context: a persistent workspace plus the backend's process/container.
+
+    Each session has a private folder (:data:`SESSION_PREFIX`) that holds the workspace (unless one is given),
+    the backend's code and IPC folders, and a marker naming the owning process. The folder is removed by
+    ``close()``, at interpreter exit for sessions never closed, and by :func:`reap_workspaces` (``mappa sandbox
+    reap``, and the first session of every process) once its owner is dead. ``keep_workspace=True`` sessions
+    carry no marker: nothing reaps them.
+    """
 
     def __init__(self, sandbox: Sandbox, workspace: Path | None = None, keep_workspace: bool = False):
         self.sandbox = sandbox
+        self.closed = True  # until the folders exist: close() then has nothing to undo
         self._owns_workspace = workspace is None
-        if workspace is None:
-            workspace = Path(tempfile.mkdtemp(prefix="mappa-ws-"))
-        else:
-            workspace = Path(workspace)
-            workspace.mkdir(parents=True, exist_ok=True)
-        self.workspace = workspace.resolve()
         self.keep_workspace = keep_workspace
-        self.closed = False
         self.executions = 0
         self._quota_mounted = False
-        if sandbox.limits.workspace_mb:
-            self._mount_quota(sandbox.limits.workspace_mb)
+        _reap_once()
+        self.root = Path(tempfile.mkdtemp(prefix=SESSION_PREFIX)).resolve()
+        try:
+            os.chmod(self.root, 0o711)  # a sandbox uid may traverse it (to the bind-mounted folders), not list it
+            if not (self._owns_workspace and keep_workspace):
+                with open(self.root / OWNER_FILE, "x") as f:
+                    json.dump(owner_record(), f)
+            if workspace is None:
+                workspace = self.root / "workspace"
+                workspace.mkdir(mode=0o700)
+            else:
+                workspace = Path(workspace)
+                workspace.mkdir(parents=True, exist_ok=True)
+            self.workspace = workspace.resolve()
+            if sandbox.limits.workspace_mb:
+                self._mount_quota(sandbox.limits.workspace_mb)
+        except BaseException:
+            remove_tree(self.root)
+            raise
+        self.closed = False
+        _live_sessions.add(self)
+
+    def private_dir(self, name: str, mode: int = 0o700) -> Path:
+        """A new folder of this session, outside the workspace (the backend's code or IPC folder)."""
+        path = self.root / name
+        path.mkdir(mode=mode)
+        os.chmod(path, mode)
+        return path
 
     def _mount_quota(self, size_mb: int) -> None:
         """Bound the workspace with a size-limited tmpfs (writes past it fail with ENOSPC)."""
@@ -193,34 +382,94 @@ class Session(abc.ABC):
         return {p: size for p, (size, _) in snapshot(self.workspace).items()}
 
     def write_file(self, relpath: str, data: bytes | str) -> None:
-        """Place a file in the workspace (task inputs). Refuses paths that escape the workspace."""
-        target = (self.workspace / relpath).resolve()  # follows symlinks: a planted link cannot redirect us
-        if not target.is_relative_to(self.workspace):
-            raise ValueError(f"path escapes the workspace: {relpath!r}")
+        """Place a file in the workspace (task inputs). Refuses paths that escape the workspace; never blocks on,
+        or writes through, what the code left there (a named pipe, a socket, a hard link to another file: that entry
+        is replaced by a new file)."""
+        try:
+            target = (self.workspace / relpath).resolve()  # follows symlinks: a planted link cannot redirect us
+        except (OSError, RuntimeError) as e:  # a symlink loop
+            raise UnsafeFileError(f"path cannot be resolved: {relpath!r} ({e})") from None
+        if not target.is_relative_to(self.workspace) or target == self.workspace:
+            raise UnsafeFileError(f"path escapes the workspace: {relpath!r}")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data.encode() if isinstance(data, str) else data)
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            st = None
+        if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):
+            if stat.S_ISDIR(st.st_mode):
+                raise UnsafeFileError(f"{relpath} is a directory: it is not overwritten")
+            os.unlink(target)
+        payload = data.encode() if isinstance(data, str) else data
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_SAFE, 0o644)
+        try:
+            fst = os.fstat(fd)
+            if not stat.S_ISREG(fst.st_mode) or fst.st_nlink > 1:
+                raise UnsafeFileError(f"{relpath} was replaced while it was opened: it is not written")
+            os.set_blocking(fd, True)
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
-    def read_file(self, relpath: str, max_bytes: int = 64 * 1024 * 1024) -> bytes:
-        """Read a workspace file on the host, safely: symlinks (anywhere on the path) and paths that leave the
-        workspace are refused, so code in the sandbox cannot make the host read a host file."""
-        target = self.workspace / relpath
-        if not target.resolve().is_relative_to(self.workspace) or any(
-            p.is_symlink() for p in [target, *target.parents] if p.is_relative_to(self.workspace)
-        ):
-            raise ValueError(f"refusing to read {relpath!r}: it leaves the workspace or is a symlink")
-        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW)
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(max_bytes + 1)
-        if len(data) > max_bytes:
-            raise ValueError(f"{relpath!r} is larger than {max_bytes} bytes")
-        return data
+    def read_file(self, relpath: str, max_bytes: int = 64 * 1024 * 1024, timeout_s: float = 30.0) -> bytes:
+        """Read a workspace file on the host, safely and without ever blocking.
+
+        Only a regular file with a single link, inside the workspace and reached without symlinks, is read: a
+        symlink, a named pipe (which would block the host forever), a socket, a device, a directory or a hard link
+        (on a backend that does not isolate, maybe a host file's second name) raises :class:`UnsafeFileError`
+        naming what it is. Files over ``max_bytes`` raise :class:`ValueError` before any byte is read, and so does
+        a read that takes longer than ``timeout_s``. A missing file raises :class:`FileNotFoundError`.
+        """
+        rel = Path(relpath)
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise UnsafeFileError(f"refusing to read {relpath!r}: it leaves the workspace")
+        folder = self.workspace
+        for part in rel.parts[:-1]:
+            folder = folder / part
+            if folder.is_symlink():
+                raise UnsafeFileError(
+                    f"refusing to read {relpath!r}: {part} is a symbolic link (symlinks are not followed)"
+                )
+        target = self.workspace / rel
+        st = os.lstat(target)
+        _refuse_unsafe(str(rel), st)
+        too_big = f"{rel} is {{}} bytes, over the {max_bytes}-byte limit"
+        if st.st_size > max_bytes:
+            raise ValueError(too_big.format(st.st_size))
+        fd = os.open(target, os.O_RDONLY | _O_SAFE)  # O_NONBLOCK: a pipe swapped in now cannot block us either
+        try:
+            fst = os.fstat(fd)
+            _refuse_unsafe(str(rel), fst)
+            if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+                raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not read")
+            chunks, size, deadline = [], 0, time.monotonic() + timeout_s
+            while size <= max_bytes:
+                chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if time.monotonic() > deadline:
+                    raise ValueError(f"reading {rel} took more than {timeout_s:g}s")
+        finally:
+            os.close(fd)
+        if size > max_bytes:
+            raise ValueError(too_big.format(f"more than {max_bytes}"))
+        return b"".join(chunks)
 
     def close(self) -> None:
         """Release the backend's resources and remove the workspace (unless ``keep_workspace``)."""
         if self.closed:
             return
         self.closed = True
-        self._close_backend()
+        try:
+            self._close_backend()
+        finally:
+            self._remove_folders()
+
+    def _remove_folders(self) -> None:
         if self._quota_mounted:
             kept = None
             if self.keep_workspace:  # the files live in the tmpfs: copy them out, then back under the same path
@@ -231,8 +480,10 @@ class Session(abc.ABC):
                 for item in kept.iterdir():
                     shutil.move(item, self.workspace / item.name)
                 kept.rmdir()
-        if self._owns_workspace and not self.keep_workspace:
-            shutil.rmtree(self.workspace, ignore_errors=True)
+        _live_sessions.discard(self)
+        if self._owns_workspace and self.keep_workspace:
+            return  # the workspace stays (self.root/workspace); the backend's folders are gone
+        remove_tree(self.root)
 
     def _close_backend(self) -> None:  # noqa: B027 - optional hook
         """Backend-specific clean-up (stop a container, a worker...)."""
@@ -257,7 +508,8 @@ class Sandbox(abc.ABC):
     isolated: bool = False
     """True only for backends that isolate the executed code from the host (filesystem, network, env)."""
     enforces: frozenset[str] = frozenset()
-    """Names of the :class:`Limits` fields this backend enforces."""
+    """Names of the :class:`Limits` fields this backend enforces, plus ``"seccomp"`` (a system-call filter) and
+    ``"cgroup"`` (limits held per sandbox, not only per process) where it has them."""
 
     def __init__(self, limits: Limits | None = None):
         self.limits = limits or Limits()
@@ -314,8 +566,12 @@ def join_head_tail(head: bytes, tail: bytes, total: int) -> tuple[str, bool]:
     return text, True
 
 
-def classify(exit_code: int | None, stderr: str, timed_out: bool) -> tuple[ExecStatus, str | None]:
-    """Map a finished process to a status and a backend message."""
+def classify(
+    exit_code: int | None, stderr: str, timed_out: bool, worker_lost: bool = False
+) -> tuple[ExecStatus, str | None]:
+    """Map a finished process to a status and a backend message (``worker_lost``: there was no result at all)."""
+    if worker_lost:
+        return ExecStatus.WORKER_LOST, "the warm worker was lost; the block has no result"
     if timed_out:
         return ExecStatus.TIMEOUT, "execution timed out and was killed"
     tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""

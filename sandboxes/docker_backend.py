@@ -3,8 +3,10 @@
 Each session starts a container from the sandbox image (see :mod:`sandboxes.image`) with:
 
 - no network (``network_mode="none"``), a read-only root filesystem and a small ``/tmp`` tmpfs;
-- memory (swap included), CPU and pids limits, a per-file size limit, no core dumps;
-- all capabilities dropped and ``no-new-privileges``; the executed code runs as an unprivileged user
+- memory (swap included), CPU and pids limits (cgroups: for the container as a whole), a per-file size limit and
+  an open-files limit (per process), no core dumps;
+- the engine's default seccomp profile (``ptrace``, ``mount``, ``unshare``, ``keyctl``, ``bpf``... fail with EPERM),
+  all capabilities dropped and ``no-new-privileges``; the executed code runs as an unprivileged user
   (uid 65534) while PID 1 (docker's init) belongs to root, so a clean-up can kill every process of that user;
 - the episode workspace bind-mounted read-write at ``/workspace`` and the code cells read-only at ``/mappa/code``;
 - an environment of a few fixed variables: nothing from the host.
@@ -22,14 +24,14 @@ import atexit
 import os
 import shutil
 import socket
-import tempfile
 import threading
 import time
 import weakref
-from pathlib import Path
 from typing import Any
 
 from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, snapshot
+from .base import pid_alive as _pid_alive
+from .base import process_start as _process_start
 from .image import DEFAULT_IMAGE
 from .subprocess_backend import CHILD_ENV
 from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block
@@ -95,27 +97,11 @@ def reap(client=None, *, all_owners: bool = False) -> int:
     return removed
 
 
-def _process_start(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return float(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return -1.0
-
-
-def _pid_alive(pid: int, start: float) -> bool:
-    """Whether ``pid`` is alive and is the same process (start time matches: pids are reused)."""
-    if pid <= 0:
-        return False
-    return _process_start(pid) == start
-
-
 class DockerSession(Session):
     def __init__(self, sandbox: DockerSandbox, workspace=None, keep_workspace=False):
         super().__init__(sandbox, workspace, keep_workspace)
-        self._code_dir = Path(tempfile.mkdtemp(prefix="mappa-code-"))
-        self._ipc_dir = Path(tempfile.mkdtemp(prefix="mappa-ipc-"))
-        os.chmod(self._code_dir, 0o755)
+        self._code_dir = self.private_dir("code", 0o755)
+        self._ipc_dir = self.private_dir("ipc")
         self._worker: WarmWorker | None = None
         self._prepare_workspace()
         self.container = None
@@ -152,7 +138,11 @@ class DockerSession(Session):
             pids_limit=lim.pids,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
-            ulimits=[Ulimit(name="fsize", soft=fsize, hard=fsize), Ulimit(name="core", soft=0, hard=0)],
+            ulimits=[
+                Ulimit(name="fsize", soft=fsize, hard=fsize),
+                Ulimit(name="core", soft=0, hard=0),
+                Ulimit(name="nofile", soft=lim.nofile, hard=lim.nofile),
+            ],
             volumes={
                 str(self.workspace): {"bind": "/workspace", "mode": "rw"},
                 str(self._code_dir): {"bind": "/mappa/code", "mode": "ro"},
@@ -250,12 +240,12 @@ class DockerSession(Session):
         sb: DockerSandbox = self.sandbox  # type: ignore[assignment]
         if self._worker is None:
             self._worker = WarmWorker(self._ipc_dir / "worker.sock", self._launch_worker)
-        exit_code, timed_out, out, err, message = run_block(
+        exit_code, timed_out, out, err, message, lost = run_block(
             self._worker, f"/mappa/code/{name}", sb.limits, timeout, 0, GRACE_S
         )
         if exit_code is None:  # the worker did not answer: start from a fresh container (workspace kept)
             self._restart_container()
-        status, msg = classify(exit_code, err[0], timed_out)
+        status, msg = classify(exit_code, err[0], timed_out, worker_lost=lost)
         duration = time.monotonic() - start
         return self.result(status, exit_code, out, err, duration, before, f"{sb.name}/warm", message or msg)
 
@@ -285,7 +275,8 @@ class DockerSandbox(Sandbox):
 
     name = "docker"
     isolated = True
-    enforces = frozenset({"timeout_s", "memory_mb", "cpus", "pids", "output_bytes", "file_size_mb"})
+    enforces = frozenset({"timeout_s", "memory_mb", "cpus", "pids", "output_bytes", "file_size_mb", "nofile"})
+    """Plus ``"seccomp"`` (per instance) when the engine applies its default seccomp profile."""
 
     def __init__(
         self,
@@ -317,6 +308,12 @@ class DockerSandbox(Sandbox):
             ) from None
         if reap_leftovers:
             reap(self.client)
+        try:
+            security = " ".join(self.client.info().get("SecurityOptions") or [])
+        except Exception:
+            security = ""
+        if "name=seccomp" in security:  # the engine's default profile applies to the containers (none is named)
+            self.enforces = type(self).enforces | {"seccomp"}
 
     def session(self, workspace=None, keep_workspace: bool = False) -> DockerSession:
         return DockerSession(self, workspace, keep_workspace)

@@ -59,7 +59,12 @@ class SandboxFusionSession(Session):
         timeout = sb.limits.timeout_s if timeout_s is None else timeout_s
         self.executions += 1
         before = snapshot(self.workspace)
-        files = {path: base64.b64encode(self.read_file(path)).decode("ascii") for path in before}
+        files = {}
+        for path in before:  # regular files only: links, pipes, sockets, hard links are not sent (nor read)
+            try:
+                files[path] = base64.b64encode(self.read_file(path)).decode("ascii")
+            except (OSError, ValueError):
+                pass
         request = {
             "code": _WRAPPER.format(pack=PACK, source=code),
             "language": "python",

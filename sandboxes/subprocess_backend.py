@@ -16,14 +16,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, snapshot
-from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block
+from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block, spawn
 
 MODES = ("fresh", "warm")
 GRACE_S = 5.0
@@ -32,12 +31,13 @@ GRACE_S = 5.0
 # Doing this in the child instead of ``preexec_fn`` keeps Popen safe when the host process has threads.
 _LAUNCHER = """\
 import os, resource, sys
-mem, cpu, fsize, nproc = (int(a) for a in sys.argv[1:5])
-script, python = sys.argv[5], sys.argv[6]
+mem, cpu, fsize, nproc, nofile = (int(a) for a in sys.argv[1:6])
+script, python = sys.argv[6], sys.argv[7]
 if mem: resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 if nproc: resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+if nofile: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 os.execv(python, [python, "-I", "-u", script])
 """
@@ -82,9 +82,8 @@ class ProcessSession(Session):
 
     def __init__(self, sandbox: ProcessSandbox, workspace=None, keep_workspace=False):
         super().__init__(sandbox, workspace, keep_workspace)
-        self._code_dir = Path(tempfile.mkdtemp(prefix="mappa-code-"))
-        self._ipc_dir = Path(tempfile.mkdtemp(prefix="mappa-ipc-"))
-        os.chmod(self._code_dir, 0o755)
+        self._code_dir = self.private_dir("code", 0o755)
+        self._ipc_dir = self.private_dir("ipc")
         self._worker: WarmWorker | None = None
 
     # ---------------------------------------------------------------- launch hooks (overridden by bwrap)
@@ -109,6 +108,11 @@ class ProcessSession(Session):
     def nproc(self) -> int:
         return 0
 
+    def launch(self, argv: list[str], popen: Any = subprocess.Popen, **kwargs: Any) -> subprocess.Popen:
+        """Start ``argv`` in the sandbox: ``popen(self.wrap(argv), **kwargs, **self.popen_kwargs())``. A backend
+        that must act between the spawn and the start of the code (bubblewrap: seccomp, its cgroup) overrides it."""
+        return popen(self.wrap(argv), **kwargs, **self.popen_kwargs())
+
     # ---------------------------------------------------------------- execution
     def run(self, code: str, *, timeout_s: float | None = None) -> ExecResult:
         if self.closed:
@@ -121,13 +125,14 @@ class ProcessSession(Session):
         os.chmod(script, 0o644)
         before = snapshot(self.workspace)
         start = time.monotonic()
+        lost = False
         if sb.mode == "warm":
-            exit_code, timed_out, out, err, message = self._run_warm(script, timeout)
+            exit_code, timed_out, out, err, message, lost = self._run_warm(script, timeout)
         else:
             exit_code, timed_out, out, err = self._run_fresh(script, timeout)
             message = None
         duration = time.monotonic() - start
-        status, msg = classify(exit_code, err[0], timed_out)
+        status, msg = classify(exit_code, err[0], timed_out, worker_lost=lost)
         return self.result(status, exit_code, out, err, duration, before, f"{sb.name}/{sb.mode}", message or msg)
 
     def _run_fresh(self, script: Path, timeout: float):
@@ -135,14 +140,8 @@ class ProcessSession(Session):
         py = self.python_inside()
         launcher = [py, "-I", "-S", "-c", _LAUNCHER]
         launcher += [str(lim.memory_mb * 1024 * 1024), str(max(1, int(timeout) + 1))]
-        launcher += [str(lim.file_size_mb * 1024 * 1024), str(self.nproc()), self.inside(script), py]
-        proc = subprocess.Popen(
-            self.wrap(launcher),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            **self.popen_kwargs(),
-        )
+        launcher += [str(lim.file_size_mb * 1024 * 1024), str(self.nproc()), str(lim.nofile), self.inside(script), py]
+        proc = self.launch(launcher, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out_r, err_r = _CappedReader(proc.stdout, lim.output_bytes), _CappedReader(proc.stderr, lim.output_bytes)
         out_r.start()
         err_r.start()
@@ -172,9 +171,8 @@ class ProcessSession(Session):
         argv = [self.python_inside(), "-I", "-u", self.inside(worker), self.inside(self._ipc_dir / "worker.sock")]
         argv += [self.workspace_inside(), ",".join(sb.preload), "1" if self.kill_all_after_block else "0"]
         with open(self._ipc_dir / "worker.log", "ab") as log:  # preload failures and the like
-            proc = subprocess.Popen(
-                self.wrap(argv), stdin=subprocess.DEVNULL, stdout=log, stderr=log, **self.popen_kwargs()
-            )
+            # from the launcher thread: a parent-death signal must follow the host process, not this thread
+            proc = self.launch(argv, spawn, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
         def stop() -> None:
             try:
@@ -229,5 +227,5 @@ class SubprocessSandbox(ProcessSandbox):
 
     name = "subprocess"
     isolated = False
-    enforces = frozenset({"timeout_s", "memory_mb", "output_bytes", "file_size_mb"})
+    enforces = frozenset({"timeout_s", "memory_mb", "output_bytes", "file_size_mb", "nofile"})
     session_class = SubprocessSession

@@ -2,16 +2,31 @@
 
 Every backend launches the same worker inside its own isolation; only the launch differs (a host process, a
 ``bwrap`` command, a ``docker exec``). The worker listens on a Unix socket in a folder shared with the host.
+
+Workers outlive the thread that asked for them: a process with a parent-death signal (``bwrap --die-with-parent``,
+the worker's own ``PR_SET_PDEATHSIG``) is killed when the *thread* that forked it exits, so a session driven from
+a thread pool would lose its worker after every block. :func:`spawn` therefore starts worker processes from one
+long-lived thread of this module, which lives exactly as long as the host process: workers survive the callers'
+threads, and the kernel still kills them when the host process ends, however it ends (SIGKILL included).
+
+A block's request is acknowledged by the worker before it forks the block. A worker that is dead before a block,
+or dies before acknowledging it, provably did not run it: the block is retried once on a fresh worker. A worker
+lost after the acknowledgement gives the status ``worker_lost``, never ``timeout``.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import queue
 import socket
+import subprocess
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .base import Limits
 
@@ -30,8 +45,73 @@ DEFAULT_PRELOAD = (
 """Modules the warm worker imports once, before forking: what data-science blocks import most."""
 
 
+ACK_TIMEOUT_S = 10.0
+"""How long a worker may take to acknowledge a block (it does so before forking it)."""
+
+
+class _Launcher:
+    """Runs ``subprocess.Popen`` on one daemon thread that lives as long as the process (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:  # the thread does not exist in a forked child: start another when needed
+        self._lock = threading.Lock()
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+
+    def popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._serve, args=(self._queue,), name="mappa-worker-launcher", daemon=True
+                )
+                self._thread.start()
+            thread, q = self._thread, self._queue
+        if threading.current_thread() is thread:
+            return subprocess.Popen(*args, **kwargs)
+        fut: Future = Future()
+        q.put((fut, args, kwargs))
+        return fut.result()
+
+    @staticmethod
+    def _serve(q: queue.SimpleQueue) -> None:
+        while True:
+            fut, args, kwargs = q.get()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(subprocess.Popen(*args, **kwargs))
+            except BaseException as e:
+                fut.set_exception(e)
+
+
+_launcher = _Launcher()
+
+
+def spawn(*args: Any, **kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen(*args, **kwargs)`` from the module's launcher thread: the process's parent-death signal
+    follows the host process, not the calling thread."""
+    return _launcher.popen(*args, **kwargs)
+
+
 class WorkerError(RuntimeError):
     pass
+
+
+class WorkerLost(WorkerError):
+    """The worker died (or never started). ``started`` tells whether it had acknowledged the block."""
+
+    def __init__(self, message: str, started: bool):
+        super().__init__(message)
+        self.started = started
+
+
+class WorkerTimeout(WorkerError):
+    """The worker acknowledged the block but gave no result within the block's timeout plus the grace period."""
 
 
 class WarmWorker:
@@ -51,41 +131,85 @@ class WarmWorker:
         self._launch = launch
         self.start_timeout_s = start_timeout_s
         self._stop: Callable[[], None] | None = None
+        self._alive: Callable[[], bool] = lambda: False
         self._sock: socket.socket | None = None
         self._file = None
 
     def start(self) -> None:
         self.socket_path.unlink(missing_ok=True)
         self._stop, alive = self._launch()
+        self._alive = alive
         deadline = time.monotonic() + self.start_timeout_s
         while not self.socket_path.exists():
-            if not alive():
+            if not self._is_alive():
                 self.stop()
-                raise WorkerError("warm worker exited during start-up")
+                raise WorkerLost("warm worker exited during start-up", started=False)
             if time.monotonic() > deadline:
                 self.stop()
-                raise WorkerError(f"warm worker did not start within {self.start_timeout_s:.0f}s")
+                raise WorkerLost(f"warm worker did not start within {self.start_timeout_s:.0f}s", started=False)
             time.sleep(0.01)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.connect(str(self.socket_path))
+        try:
+            self._sock.connect(str(self.socket_path))
+        except OSError as e:
+            self.stop()
+            raise WorkerLost(f"could not connect to the warm worker ({type(e).__name__})", started=False) from None
         self._file = self._sock.makefile("rwb")
 
     def request(self, payload: dict[str, Any], reply_timeout_s: float) -> dict[str, Any]:
-        """Send one block; raises :class:`WorkerError` (after stopping the worker) if no reply comes in time."""
-        if self._sock is None:
-            self.start()
+        """Send one block and return the worker's reply.
+
+        A block the worker provably did not start (it was dead, or died before acknowledging the block) is retried
+        once on a fresh worker. Raises :class:`WorkerLost` when the worker is lost after all (``started`` says
+        whether the block began) and :class:`WorkerTimeout` when no reply comes within ``reply_timeout_s``; the
+        worker is stopped in both cases (it restarts on the next block).
+        """
+        for attempt in (1, 2):
+            if self._sock is not None and not self._is_alive():
+                self.stop()  # it died since the last block: a fresh worker takes this one
+            try:
+                if self._sock is None:
+                    self.start()
+                return self._exchange(payload, reply_timeout_s)
+            except WorkerLost as e:
+                if e.started or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _is_alive(self) -> bool:
+        try:
+            return bool(self._alive())
+        except Exception:  # e.g. the Docker engine no longer knows the worker's exec
+            return False
+
+    def _exchange(self, payload: dict[str, Any], reply_timeout_s: float) -> dict[str, Any]:
         assert self._sock is not None and self._file is not None
         try:
-            self._sock.settimeout(reply_timeout_s)
+            self._sock.settimeout(min(ACK_TIMEOUT_S, reply_timeout_s))
             self._file.write(json.dumps(payload).encode() + b"\n")
             self._file.flush()
-            line = self._file.readline()
+            ack = self._file.readline()
         except (OSError, TimeoutError) as e:
             self.stop()
-            raise WorkerError(f"warm worker did not answer ({type(e).__name__})") from None
+            raise WorkerLost(f"warm worker did not take the block ({type(e).__name__})", started=False) from None
+        if not ack:
+            self.stop()
+            raise WorkerLost("warm worker exited before taking the block", started=False)
+        ack = json.loads(ack)
+        if "worker_error" in ack:
+            raise WorkerError(ack["worker_error"])
+        try:
+            self._sock.settimeout(reply_timeout_s)
+            line = self._file.readline()
+        except TimeoutError:
+            self.stop()
+            raise WorkerTimeout(f"warm worker gave no result within {reply_timeout_s:g}s") from None
+        except OSError as e:
+            self.stop()
+            raise WorkerLost(f"warm worker died while the block ran ({type(e).__name__})", started=True) from None
         if not line:
             self.stop()
-            raise WorkerError("warm worker exited")
+            raise WorkerLost("warm worker died while the block ran", started=True)
         reply = json.loads(line)
         if "worker_error" in reply:
             raise WorkerError(reply["worker_error"])
@@ -107,11 +231,25 @@ class WarmWorker:
         self.socket_path.unlink(missing_ok=True)
 
 
-def run_block(worker: WarmWorker, path: str, limits: Limits, timeout: float, nproc: int = 0, grace_s: float = 5.0):
-    """Run one block through ``worker``: ``(exit_code, timed_out, (stdout, truncated), (stderr, truncated), msg)``.
+class BlockOutcome(NamedTuple):
+    exit_code: int | None
+    timed_out: bool
+    out: tuple[str, bool]
+    err: tuple[str, bool]
+    message: str | None
+    """A message of the host side (the worker was lost or restarted), None otherwise."""
+    worker_lost: bool
+    """No result: the worker died or could not be started (the status is ``worker_lost``, not ``timeout``)."""
 
-    A worker that does not answer within ``timeout + grace_s`` is stopped (it restarts on the next block) and the
-    block counts as timed out.
+
+def run_block(
+    worker: WarmWorker, path: str, limits: Limits, timeout: float, nproc: int = 0, grace_s: float = 5.0
+) -> BlockOutcome:
+    """Run one block through ``worker``.
+
+    A worker that does not answer within ``timeout + grace_s`` after taking the block is stopped (it restarts on
+    the next block) and the block counts as timed out; a worker that dies, or cannot be started, gives
+    ``worker_lost`` with a message saying whether the block had started.
     """
     payload = {
         "path": path,
@@ -120,15 +258,23 @@ def run_block(worker: WarmWorker, path: str, limits: Limits, timeout: float, npr
         "memory_bytes": limits.memory_mb * 1024 * 1024,
         "fsize_bytes": limits.file_size_mb * 1024 * 1024,
         "nproc": nproc,
+        "nofile": limits.nofile,
     }
+    nothing = ("", False)
     try:
         r = worker.request(payload, timeout + grace_s)
+    except WorkerTimeout as e:
+        return BlockOutcome(None, True, nothing, nothing, f"{e}; the worker was restarted", False)
+    except WorkerLost as e:
+        when = "the block started but its result was lost" if e.started else "the block never ran (retried once)"
+        return BlockOutcome(None, False, nothing, nothing, f"{e}: {when}; a fresh worker takes the next block", True)
     except WorkerError as e:
-        return None, True, ("", False), ("", False), f"{e}; the worker was restarted"
-    return (
+        return BlockOutcome(None, False, nothing, nothing, f"warm worker error: {e}", True)
+    return BlockOutcome(
         r["exit_code"],
         r["timed_out"],
         (r["stdout"], r["stdout_truncated"]),
         (r["stderr"], r["stderr_truncated"]),
         None,
+        False,
     )

@@ -11,6 +11,8 @@ export DEBIAN_FRONTEND=noninteractive
 
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+# libseccomp: the bubblewrap sandbox's seccomp filter is compiled by it (Python bindings: pyseccomp, a dependency)
+ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || missing+=(libseccomp2)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 if [ ${#missing[@]} -gt 0 ]; then
@@ -21,6 +23,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "sandbox_setup: missing ${missing[*]} and no root/apt to install them"
   fi
 fi
+
+"$PY" -c 'from sandboxes.syscall_filter import seccomp_program as p; b, why = p(); raise SystemExit(why)' \
+  || echo "sandbox_setup: bubblewrap sandboxes will run without their seccomp filter (see above)"
 
 if [ "$(id -u)" = 0 ] && command -v debootstrap >/dev/null 2>&1; then
   "$PY" -m sandboxes build --rootfs-only >/dev/null || echo "sandbox_setup: building the sandbox rootfs failed"

@@ -1,7 +1,10 @@
 """DSBench-v0: metrics, host-side scoring (hostile submissions included), the original-layout loader,
 DSBench-lite, the reference team through the sandbox, and credit assignment for a missing artifact."""
 
+import shutil
 import statistics
+import threading
+import time
 import warnings
 
 import numpy as np
@@ -16,8 +19,9 @@ from mappa_envs.tasks.dsbench.lite import LITE_TASKS, build_lite
 from mappa_envs.tasks.dsbench.reference import ReferenceTeam, run_reference
 from mappa_envs.tasks.dsbench.scoring import answers
 from mappa_envs.tasks.dsbench.tasks import _canonical_metric, dsbench_descriptions
+from sandboxes import Limits
 
-from .test_sandbox_hostile import DOCKER_SKIP
+from .test_sandbox_hostile import BWRAP_SKIP, DOCKER_SKIP
 
 
 @pytest.fixture(scope="module")
@@ -168,23 +172,85 @@ ANALYST_HOSTILE = {
 }
 
 
+def analyst_episode(code: str, **kw) -> dict:
+    """One episode where only the analyst acts: it runs ``code`` (after ``import pandas as pd``) once."""
+    env = make_env(task_ids=["penguin-species"], **kw)
+    try:
+        env.reset(seed=0)
+        for agent in env.agent_iter():
+            _, _, term, trunc, _ = env.last()
+            if term or trunc:
+                env.step(None)
+            elif agent == "analyst_0" and not any(a.agent == agent for a in env.unwrapped.record.actions):
+                env.step(f"```python\nimport pandas as pd\n{code}\n```")
+            else:
+                env.step("Nothing to do.")
+        return dict(env.unwrapped.record.outcome)
+    finally:
+        env.close()
+
+
+def assert_refused(outcome: dict, expected: str) -> None:
+    assert outcome["valid"] is False and outcome["quality"] == 0.0 and outcome["success"] is False
+    assert expected in outcome["reason"], outcome["reason"]
+
+
 @pytest.mark.parametrize("case", sorted(ANALYST_HOSTILE))
 def test_hostile_submission_through_an_episode(case):
     code, expected = ANALYST_HOSTILE[case]
-    env = make_env(task_ids=["penguin-species"])
-    env.reset(seed=0)
-    for agent in env.agent_iter():
-        _, _, term, trunc, _ = env.last()
-        if term or trunc:
-            env.step(None)
-        elif agent == "analyst_0" and not any(a.agent == agent for a in env.unwrapped.record.actions):
-            env.step(f"```python\nimport pandas as pd\n{code}\n```")
-        else:
-            env.step("Nothing to do.")
-    outcome = env.unwrapped.record.outcome
-    assert outcome["valid"] is False and outcome["quality"] == 0.0 and outcome["success"] is False
-    assert expected in outcome["reason"], outcome["reason"]
-    env.close()
+    assert_refused(analyst_episode(code), expected)
+
+
+# A submission.csv that is not a regular file: the host scorer must refuse it at once, naming what it is (a FIFO
+# used to block the scorer forever, and a hard link to a host file was scored as the agent's submission).
+SPECIAL_SUBMISSIONS = {
+    "fifo": ("import os; os.mkfifo('submission.csv')", "named pipe (FIFO)"),
+    "socket": ("import socket; socket.socket(socket.AF_UNIX).bind('submission.csv')", "socket"),
+    "directory": ("import os; os.mkdir('submission.csv')", "directory"),
+    "hard link": (  # a valid submission under two names
+        "import os, shutil; shutil.copy('sample_submission.csv', 'mine.csv'); os.link('mine.csv', 'submission.csv')",
+        "hard link",
+    ),
+}
+EPISODE_SANDBOXES = [
+    pytest.param("subprocess", id="subprocess"),
+    pytest.param("bubblewrap", id="bubblewrap", marks=pytest.mark.skipif(bool(BWRAP_SKIP), reason=str(BWRAP_SKIP))),
+    pytest.param(
+        "docker",
+        id="docker",
+        marks=[pytest.mark.docker, pytest.mark.skipif(bool(DOCKER_SKIP), reason=str(DOCKER_SKIP))],
+    ),
+]
+
+
+def _episode_within(seconds: float, code: str, **kw) -> dict:
+    """The episode in a thread: a scorer that blocks fails the test instead of hanging the suite."""
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.update(outcome=analyst_episode(code, **kw)), daemon=True)
+    start = time.monotonic()
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"the episode did not end within {seconds}s (the scorer blocked)"
+    assert "outcome" in box, "the episode raised (see the thread's traceback above)"
+    assert time.monotonic() - start < seconds
+    return box["outcome"]
+
+
+@pytest.mark.parametrize("sandbox", EPISODE_SANDBOXES)
+@pytest.mark.parametrize("case", sorted(SPECIAL_SUBMISSIONS))
+def test_special_file_submission_ends_in_time_with_quality_0(case, sandbox):
+    code, file_type = SPECIAL_SUBMISSIONS[case]
+    limits = Limits(timeout_s=30, memory_mb=1024, pids=64)
+    outcome = _episode_within(60, code, sandbox=sandbox, sandbox_kwargs={"limits": limits, "preload": ()})
+    assert_refused(outcome, file_type)
+
+
+def test_hard_link_to_a_host_file_is_not_scored(lite, tmp_path):
+    """The subprocess backend does not isolate: the analyst can link a host file, here the test answers."""
+    answers_copy = tmp_path / "answers.csv"
+    shutil.copy(lite["penguin-species"].answer_file, answers_copy)
+    outcome = _episode_within(60, f"import os; os.link({str(answers_copy)!r}, 'submission.csv')")
+    assert_refused(outcome, "hard link")
 
 
 # ---------------------------------------------------------------------------------------------- original layout

@@ -7,6 +7,8 @@ where no engine can be reached (``make test`` sets one up where it can: scripts/
 from __future__ import annotations
 
 import os
+import re
+import socket
 import time
 from pathlib import Path
 
@@ -229,3 +231,564 @@ def test_mathchat_runs_on_docker_in_one_argument():
     call = env.unwrapped.record.actions[-1].tool_calls[0]
     assert call.result.backend == "docker/fresh" and call.result.stdout.split() == ["42", "65534"]
     env.close()
+
+
+# ------------------------------------------------------------------------------- system calls, files, cgroups
+# x86_64 numbers of calls Docker's default profile refuses; the bubblewrap filter refuses them too (EPERM).
+SYSCALLS_X86_64 = {
+    "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+    "mount": 165, "umount2": 166, "pivot_root": 155, "setns": 308, "kexec_load": 246, "init_module": 175,
+    "finit_module": 313, "delete_module": 176, "reboot": 169, "swapon": 167, "swapoff": 168,
+    "open_by_handle_at": 304, "iopl": 172, "ioperm": 173, "clock_settime": 227, "settimeofday": 164, "acct": 163,
+    "quotactl": 179, "lookup_dcookie": 212, "move_pages": 279,
+}  # fmt: skip
+# Refused by the bubblewrap filter only: Docker's profile allows them (ptrace & co. are then refused by the
+# kernel's permission checks against a root-owned pid 1; the others are harmless there).
+BWRAP_ONLY_X86_64 = {"name_to_handle_at": 303, "io_uring_setup": 425, "process_vm_readv": 310}
+
+SYSCALL_PROBE = """
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+L = ctypes.c_long
+def errname(r):
+    return errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno())) if r == -1 else f"returned {r}"
+def call(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(L(nr), *[L(a) for a in args], *[L(0)] * (5 - len(args)))
+    if r == 0 and os.getpid() != me:  # a clone that was let through: the child leaves at once
+        os._exit(0)
+    return errname(r)
+me = os.getpid()
+out = {name: call(nr) for name, nr in NUMBERS.items()}
+out["unshare(CLONE_NEWUSER)"] = call(272, 0x10000000)
+out["clone(CLONE_NEWUSER)"] = call(56, 0x10000000 | 17)  # | SIGCHLD
+out["clone(CLONE_NEWNS)"] = call(56, 0x20000 | 17)
+out["ptrace(PTRACE_ATTACH, 1)"] = call(101, 16, 1)
+out["personality(READ_IMPLIES_EXEC)"] = call(135, 0x0400000)
+print(json.dumps(out))
+"""
+
+
+def _syscall_results(session, numbers: dict[str, int]) -> dict[str, str]:
+    import json
+    import platform
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the probe uses x86_64 system call numbers")
+    r = session.run(f"NUMBERS = {numbers!r}\n{SYSCALL_PROBE}")
+    assert r.status == ExecStatus.OK, r
+    return json.loads(r.stdout)
+
+
+def test_dangerous_syscalls_fail_with_eperm(sandbox, session):
+    numbers = dict(SYSCALLS_X86_64)
+    if sandbox.name == "bubblewrap":
+        assert "seccomp" in sandbox.enforces, "the bubblewrap sandbox runs without its seccomp filter"
+        numbers.update(BWRAP_ONLY_X86_64)
+    got = _syscall_results(session, numbers)
+    assert {name: res for name, res in got.items() if res != "EPERM"} == {}, got
+
+
+def test_no_nested_user_namespace_and_no_capabilities(sandbox, session):
+    r = session.run(
+        "import subprocess\n"
+        "print([l for l in open('/proc/self/status') if l.startswith(('CapEff', 'CapPrm', 'NoNewPrivs'))])\n"
+        "p = subprocess.run(['unshare', '--user', '--map-root-user', 'true'], capture_output=True, text=True)\n"
+        "print(p.returncode)"
+    )
+    assert r.status == ExecStatus.OK, r
+    caps, rc = r.stdout.strip().splitlines()
+    assert "CapEff:\\t0000000000000000" in caps and "CapPrm:\\t0000000000000000" in caps, caps
+    assert "NoNewPrivs:\\t1" in caps, caps
+    assert rc != "0"  # util-linux's unshare could not make a user namespace
+
+
+def test_ptrace_of_init_cannot_freeze_later_blocks(sandbox, session):
+    targets = "[1, os.getppid()]" if sandbox.name == "bubblewrap" else "[1]"
+    r = session.run(
+        "import ctypes, errno, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"for pid in {targets}:\n"
+        "    for req in (16, 0x4206):  # PTRACE_ATTACH, PTRACE_SEIZE (+ PTRACE_INTERRUPT)\n"
+        "        ctypes.set_errno(0)\n"
+        "        r = libc.ptrace(ctypes.c_long(req), ctypes.c_long(pid), None, None)\n"
+        "        if r == 0:\n"
+        "            libc.ptrace(ctypes.c_long(0x4207), ctypes.c_long(pid), None, None)\n"
+        "        print(pid, req, r, errno.errorcode.get(ctypes.get_errno()))\n"
+    )
+    assert r.status == ExecStatus.OK, r
+    assert all(line.split()[2:] == ["-1", "EPERM"] for line in r.stdout.strip().splitlines()), r.stdout
+    t = time.monotonic()
+    r = session.run("print('alive')")
+    assert r.ok and r.stdout == "alive\n" and time.monotonic() - t < 3, r
+
+
+@pytest.mark.parametrize("kind", ["open", "socket", "pipe"])
+def test_open_files_limit_gives_emfile_not_a_hang(session, kind):
+    make = {"open": "fs.append(open('/dev/null'))", "socket": "fs.append(socket.socket())", "pipe": "fs += os.pipe()"}
+    code = (
+        "import os, socket\n"
+        "fs = []\n"
+        "try:\n"
+        f"    while len(fs) < 100_000:\n        {make[kind]}\n"
+        "except OSError as e:\n"
+        "    print(e.errno, len(fs))\n"
+        "    raise\n"
+    )
+    r = session.run(code)
+    assert r.status == ExecStatus.ERROR and "Too many open files" in r.stderr, r  # not a timeout
+    err, count = (int(x) for x in r.stdout.split())
+    assert err == 24 and 0 < count < LIMITS.nofile, r.stdout  # EMFILE, at the limit (stdio etc. count too)
+
+
+def test_tmp_and_shm_are_bounded(sandbox, session):
+    r = session.run(
+        "import os\n"
+        "for d in ('/tmp', '/dev/shm'):\n"
+        "    n = 0\n"
+        "    try:\n"
+        "        while n < (512 << 20):  # files of 8 MB: under the file-size limit\n"
+        "            with open(os.path.join(d, f'fill{n >> 23}'), 'wb') as f:\n"
+        "                for _ in range(8):\n"
+        "                    f.write(b'x' * (1 << 20)); n += 1 << 20\n"
+        "    except OSError as e:\n"
+        "        print(d, n >> 20, e.errno)\n"
+        "    else:\n"
+        "        print(d, n >> 20, 'unbounded')\n"
+        "    for name in os.listdir(d):  # tmpfs pages count as the sandbox's memory\n"
+        "        os.remove(os.path.join(d, name))\n"
+    )
+    assert r.status == ExecStatus.OK, r
+    for line in r.stdout.strip().splitlines():
+        _, mb, err = line.split()
+        assert err == "28" and int(mb) <= 64, line  # ENOSPC at 64 MB (Docker's tmpfs and shm sizes)
+
+
+def _cgroup_session(sandbox, session):
+    if sandbox.name == "bubblewrap":
+        if "cgroup" not in sandbox.enforces:
+            pytest.skip("no cgroup for bubblewrap sandboxes here (not root, or no writable cgroup filesystem)")
+        assert session.cgroup is not None
+    return session
+
+
+def test_pids_limit_holds_for_the_sandbox(sandbox, session):
+    _cgroup_session(sandbox, session)
+    r = session.run(
+        "import os, threading, time\n"
+        "threading.stack_size(256 << 10)  # small stacks: the address-space limit is not what stops them\n"
+        "threads, kids = [], []\n"
+        "try:\n"
+        "    while len(threads) < 1000:\n"
+        "        t = threading.Thread(target=time.sleep, args=(2,), daemon=True); t.start(); threads.append(t)\n"
+        "except RuntimeError as e:\n"
+        "    print('threads', len(threads))\n"
+        "try:\n"
+        "    while len(kids) < 1000:\n"
+        "        pid = os.fork()\n"
+        "        if pid == 0:\n"
+        "            time.sleep(2); os._exit(0)\n"
+        "        kids.append(pid)\n"
+        "except OSError as e:\n"
+        "    print('processes', len(kids), e.errno)\n"
+        "os._exit(0)\n"
+    )
+    lines = dict(line.split(maxsplit=1) for line in r.stdout.strip().splitlines())
+    assert int(lines["threads"]) < LIMITS.pids, r  # threads count as tasks...
+    assert lines["processes"].split() == ["0", "11"], r  # ...and with them alive, not one process more (EAGAIN)
+
+
+def test_memory_limit_holds_for_the_sandbox(sandbox, session):
+    """Each process stays under its address-space limit, together they do not: the sandbox's limit stops them."""
+    _cgroup_session(sandbox, session)
+    for alloc in ("bytearray(120 << 20)", "[bytearray(1 << 20) for _ in range(120)]"):  # one big, many small
+        r = session.run(
+            "import os, time\n"
+            "kids = []\n"
+            "for _ in range(3):\n"
+            "    pid = os.fork()\n"
+            "    if pid == 0:\n"
+            f"        x = {alloc}\n"
+            "        time.sleep(0.3); os._exit(0)\n"
+            "    kids.append(pid)\n"
+            "codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids]\n"
+            "print(codes)\n"
+            "raise SystemExit(1 if any(codes) else 0)\n",
+            timeout_s=20,  # at the limit the kernel first reclaims what it can: the OOM kill takes a few seconds
+        )
+        assert r.status in (ExecStatus.OOM, ExecStatus.ERROR) and r.status != ExecStatus.OK, r
+        if sandbox.name == "bubblewrap":
+            assert r.status == ExecStatus.OOM, r
+            peak = session.cgroup.memory_peak()
+            assert peak is None or peak <= LIMITS.memory_mb * 1024 * 1024, peak
+    assert session.run("print('alive')").stdout == "alive\n"
+
+
+@pytest.mark.parametrize("backend", ["docker", "bubblewrap"])
+def test_cpu_limit_holds_for_the_sandbox(backend):
+    why = DOCKER_SKIP if backend == "docker" else BWRAP_SKIP
+    if why:
+        pytest.skip(why)
+    sb = make_sandbox(backend, limits=Limits(timeout_s=10, cpus=0.1, memory_mb=256), mode="fresh")
+    try:
+        if backend == "bubblewrap" and "cpus" not in sb.enforces:
+            pytest.skip("no cgroup for bubblewrap sandboxes here: cpus is not enforced")
+        with sb.session() as s:
+            r = s.run(
+                "import os, resource, time\n"
+                "start = time.monotonic()\n"
+                "kids = []\n"
+                "for _ in range(2):\n"
+                "    pid = os.fork()\n"
+                "    if pid == 0:\n"
+                "        while time.monotonic() - start < 0.8: pass\n"
+                "        os._exit(0)\n"
+                "    kids.append(pid)\n"
+                "for p in kids: os.waitpid(p, 0)\n"
+                "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+                "print(u.ru_utime + u.ru_stime, time.monotonic() - start)\n"
+            )
+        assert r.ok, r
+        cpu, wall = (float(x) for x in r.stdout.split())
+        assert cpu <= 0.1 * wall + 0.12, (cpu, wall)  # two busy processes, unlimited: ~2 * wall on two cores
+    finally:
+        sb.close()
+
+
+def test_each_bubblewrap_session_has_its_own_cgroup_removed_at_close():
+    if BWRAP_SKIP:
+        pytest.skip(BWRAP_SKIP)
+    sb = make_sandbox("bubblewrap", limits=LIMITS, mode="warm", preload=())
+    if "cgroup" not in sb.enforces:
+        pytest.skip("no cgroup for bubblewrap sandboxes here")
+    with sb.session() as a, sb.session() as b:
+        for s in (a, b):
+            assert s.run("print(1)").ok
+        assert a.cgroup.name != b.cgroup.name and a.cgroup.procs() and b.cgroup.procs()  # the warm workers
+        assert not set(a.cgroup.procs()) & set(b.cgroup.procs())
+        dirs = a.cgroup.dirs + b.cgroup.dirs
+        assert all(d.name.startswith(f"o{os.getpid()}-") for d in dirs)
+    assert not any(d.exists() for d in dirs)
+
+
+def test_cgroups_of_a_dead_owner_are_reaped():
+    import subprocess
+    import sys
+
+    from sandboxes import cgroups
+
+    if isinstance(cgroups.support(), str):
+        pytest.skip(f"no usable cgroups here: {cgroups.support()}")
+    leave = (
+        "import subprocess, sys\n"
+        "from sandboxes.cgroups import SandboxCgroup\n"
+        "g = SandboxCgroup(64 << 20, 8, 0.5)\n"
+        "quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # the owner's output ends with it\n"
+        "p = subprocess.Popen(['sleep', '60'], start_new_session=True, **quiet)\n"
+        "g.add(p.pid)\n"
+        "print(g.dirs[0])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", leave], capture_output=True, text=True, timeout=60, check=True)
+    left = Path(out.stdout.strip())
+    assert left.is_dir() and (left / "cgroup.procs").read_text().split()  # the owner died, its group and sleeper not
+    assert cgroups.reap() >= 1
+    assert not left.exists()
+
+
+def test_bubblewrap_without_libseccomp_says_so(monkeypatch):
+    if BWRAP_SKIP:
+        pytest.skip(BWRAP_SKIP)
+    from sandboxes import bubblewrap_backend
+
+    monkeypatch.setattr(bubblewrap_backend, "seccomp_program", lambda: (None, "no libseccomp bindings (test)"))
+    with pytest.warns(RuntimeWarning, match="WITHOUT a seccomp filter"):
+        sb = bubblewrap_backend.BubblewrapSandbox(limits=LIMITS, cgroups=False)
+    assert "seccomp" not in sb.enforces and sb.seccomp_bpf is None
+    with sb.session() as s:
+        r = s.run("import ctypes; print(ctypes.CDLL(None).syscall(250, 0, 0, 0, 0))")  # keyctl: the kernel answers
+        assert r.ok, r
+
+
+# ---------------------------------------------------------------------------------------------- every backend
+# The cases below concern the host side (what the host reads, how it keeps workers, what it leaves in /tmp), so
+# they run on the subprocess backend too.
+ANY_LIMITS = Limits(timeout_s=TIMEOUT, memory_mb=256, pids=64, output_bytes=4096, file_size_mb=16)
+ALL_BACKENDS = [
+    pytest.param(
+        (backend, mode),
+        id=f"{backend}-{mode}",
+        marks=[*([pytest.mark.docker] if backend == "docker" else []), pytest.mark.skipif(bool(why), reason=str(why))],
+    )
+    for backend, why in (("subprocess", None), ("docker", DOCKER_SKIP), ("bubblewrap", BWRAP_SKIP))
+    for mode in ("fresh", "warm")
+]
+
+
+@pytest.fixture(scope="module", params=ALL_BACKENDS)
+def any_sandbox(request):
+    backend, mode = request.param
+    sb = make_sandbox(backend, limits=ANY_LIMITS, mode=mode, preload=("json",))
+    yield sb
+    sb.close()
+
+
+@pytest.fixture
+def any_session(any_sandbox):
+    with any_sandbox.session() as s:
+        yield s
+
+
+def _within(seconds: float, fn, *args):
+    """``fn(*args)`` in a thread; fails (instead of hanging the suite) when it does not return in time."""
+    import threading
+
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"{getattr(fn, '__name__', fn)} still blocked after {seconds}s"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+SPECIAL_FILES = {
+    "fifo": ("os.mkfifo('x')", "named pipe (FIFO)"),
+    "socket": ("import socket\nsocket.socket(socket.AF_UNIX).bind('x')", "socket"),
+    "directory": ("os.mkdir('x')", "directory"),
+    "hard link": ("open('a', 'w').write('a,b\\n')\nos.link('a', 'x')", "hard link"),
+    "symlink": ("os.symlink('a', 'x')", "symbolic link"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL_FILES))
+def test_special_files_refused_by_host_reads_without_blocking(any_session, kind):
+    from sandboxes import UnsafeFileError
+
+    code, name = SPECIAL_FILES[kind]
+    r = any_session.run(f"import os\n{code}\nprint('made')")
+    assert r.status == ExecStatus.OK and r.stdout.strip() == "made", r
+    t = time.monotonic()
+    with pytest.raises(UnsafeFileError, match=re.escape(name)):
+        _within(10, any_session.read_file, "x")
+    _within(10, any_session.files)  # listing the workspace never opens anything
+    if kind not in ("directory", "symlink"):  # a host write replaces the entry: no blocking, no writing through
+        _within(10, any_session.write_file, "x", "host data")
+        assert any_session.read_file("x") == b"host data"
+        if kind == "hard link":
+            assert (any_session.workspace / "a").read_text() == "a,b\n"
+    assert time.monotonic() - t < 10
+
+
+def test_warm_blocks_from_short_lived_threads_all_run(any_sandbox, any_session):
+    """A session driven from threads that exit (a new pool per block): every block runs, on one worker."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    results = []
+    for i in range(5):
+        with ThreadPoolExecutor(1) as pool:  # the thread exits after each block
+            results.append(pool.submit(any_session.run, f"import os\nprint({i}, os.getppid())").result())
+    for i, r in enumerate(results):
+        assert r.status == ExecStatus.OK and r.error is None, (i, r)
+        assert r.stdout.split()[0] == str(i)
+    if any_sandbox.mode == "warm":  # each block is forked by the same worker: it was never restarted
+        assert len({r.stdout.split()[1] for r in results}) == 1, [r.stdout for r in results]
+
+
+def test_lost_worker_is_replaced_and_never_reported_as_timeout(any_sandbox, any_session):
+    if any_sandbox.mode != "warm":
+        pytest.skip("warm workers only")
+    s = any_session
+    assert s.run("print(1)").ok
+    worker = s._worker
+
+    def kill_worker():
+        worker._stop()
+        worker._sock.settimeout(10)
+        assert worker._sock.recv(1, socket.MSG_PEEK) == b""  # the worker is gone (bwrap's inner one too)
+
+    kill_worker()  # the worker dies between blocks: the next block runs on a fresh one
+    r = s.run("print(2)")
+    assert r.ok and r.stdout == "2\n", r
+    kill_worker()
+    worker._alive = lambda: True  # dead but not known to be: the block is sent, never taken, and retried
+    r = s.run("print(3)")
+    assert r.ok and r.stdout == "3\n", r
+    # the block kills its own worker: it has no result, and that is not a timeout
+    r = s.run("import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(1)")
+    assert r.status == ExecStatus.WORKER_LOST and "started" in r.error and r.duration_s < TIMEOUT + 5, r
+    assert s.run("print(4)").stdout == "4\n"
+
+
+def test_lost_block_is_an_issue_of_the_action_not_the_agents_fault():
+    import mappa_envs
+    from mappa_envs.coach import RuleBasedCoach
+    from mappa_envs.coach.protocol import inputs_for_episode
+
+    env = mappa_envs.make(
+        "mappa/MathChat-v0",
+        tasks=[{"prompt": "6*7?", "answer": "42"}],
+        sandbox=make_sandbox("subprocess", mode="warm", preload=(), limits=ANY_LIMITS),
+    )
+    env.reset(seed=0)
+    env.step("\\boxed{42}")
+    env.step("```python\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n```")
+    action = env.unwrapped.record.actions[-1]
+    assert action.tool_calls[0].result.status == ExecStatus.WORKER_LOST
+    assert env.infos[action.agent]["tool_status"] == ["worker_lost"]
+    assert any("has no result" in issue and "worker" in issue for issue in action.issues), action.issues
+    assert "Execution status: worker_lost" in action.tool_calls[0].feedback
+    inp = inputs_for_episode(
+        env.unwrapped.record, action, task_type="math", template="mathchat", final_agent="verifier_0", is_final=False
+    )
+    ev = RuleBasedCoach().evaluate(inp)
+    assert "not the agent's doing" in ev.reasoning and "error" not in ev.reasoning, ev
+    env.close()
+
+
+# ---------------------------------------------------------------------------------------------- no leftovers
+LEFTOVER_DRIVER = """
+import sys, time
+from sandboxes import Limits, make_sandbox
+
+backends, hold, quota = sys.argv[1].split(","), sys.argv[2] == "hold", int(sys.argv[3])
+limits = Limits(timeout_s=20, memory_mb=512, workspace_mb=quota or None)
+never_closed = []
+for backend in backends:
+    for mode in ("fresh", "warm"):
+        sb = make_sandbox(backend, mode=mode, preload=(), limits=limits)
+        closed = sb.session()
+        assert closed.run("open('f', 'w').write('x')").ok
+        print("ROOT", closed.root, flush=True)
+        closed.close()
+        left = sb.session()
+        assert left.run("open('f', 'w').write('x')").ok
+        print("ROOT", left.root, flush=True)
+        never_closed.append(left)
+print("ready", flush=True)
+if hold:
+    time.sleep(600)
+"""
+
+
+def _available_backends() -> list[str]:
+    return ["subprocess"] + (["bubblewrap"] if not BWRAP_SKIP else []) + (["docker"] if not DOCKER_SKIP else [])
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd:
+            found.append(f"{pid}: {cmd[:200]}")
+    return found
+
+
+@pytest.fixture
+def private_tmp():
+    """A temporary directory of the driver's own (a sandbox uid may traverse it), removed afterwards."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="mappa-test-tmp-"))
+    os.chmod(d, 0o711)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _driver(tmpdir: Path, hold: bool):
+    import subprocess
+    import sys
+
+    quota = "16" if os.geteuid() == 0 else "0"  # quota mounts need root: then they are part of the test
+    env = dict(os.environ, TMPDIR=str(tmpdir))
+    argv = [sys.executable, "-c", LEFTOVER_DRIVER, ",".join(_available_backends()), "hold" if hold else "exit", quota]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
+
+
+def _read_roots(proc) -> list[Path]:
+    roots = []
+    for line in proc.stdout:
+        if line.startswith("ROOT "):
+            roots.append(Path(line.split(" ", 1)[1].strip()))
+        elif line.strip() == "ready":
+            return roots
+    raise AssertionError(f"the driver ended before it was ready (exit code {proc.wait()})")
+
+
+@pytest.mark.slow
+def test_no_session_folder_left_after_close_and_exit(private_tmp):
+    proc = _driver(private_tmp, hold=False)
+    roots = _read_roots(proc)
+    assert proc.wait(timeout=120) == 0
+    assert len(roots) == 4 * len(_available_backends())
+    assert all(r.parent == private_tmp for r in roots), roots
+    assert sorted(os.listdir(private_tmp)) == []  # closed ones at close, never-closed ones at exit
+    assert _processes_mentioning(str(private_tmp)) == []
+
+
+@pytest.mark.slow
+def test_sigkilled_owner_leaves_nothing_after_reap(private_tmp):
+    import json
+    import signal
+
+    from sandboxes.__main__ import main as sandboxes_main
+    from sandboxes.base import OWNER_FILE, owner_record
+
+    proc = _driver(private_tmp, hold=True)
+    try:
+        roots = _read_roots(proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # workers die with their host (a parent-death signal that follows the host process, not a thread)
+    deadline = time.monotonic() + 15
+    while _processes_mentioning(str(private_tmp)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_mentioning(str(private_tmp)) == []
+    left = [r for r in roots if r.exists()]
+    assert len(left) == 2 * len(_available_backends())  # the never-closed sessions: SIGKILL ran no clean-up
+    # decoys the reaper must not touch: no marker, a live owner, another host's, a name without our prefix
+    dead_here = {"pid": proc.pid, "start": 1.0, "host": socket.gethostname()}
+    decoys = {
+        "mappa-session-nomarker": None,
+        "mappa-session-live": owner_record(),
+        "mappa-session-otherhost": {**dead_here, "host": "elsewhere"},
+        "other-dead-owner": dead_here,
+    }
+    for name, owner in decoys.items():
+        (private_tmp / name / "workspace").mkdir(parents=True)
+        if owner is not None:
+            (private_tmp / name / OWNER_FILE).write_text(json.dumps(owner))
+    assert sandboxes_main(["reap", "--tmpdir", str(private_tmp)]) == 0
+    assert [r for r in roots if r.exists()] == []
+    assert all((private_tmp / name / "workspace").exists() for name in decoys)
+    if not DOCKER_SKIP:
+        from sandboxes.docker_backend import LABEL, docker_client
+
+        mine = [
+            c
+            for c in docker_client().containers.list(all=True, filters={"label": LABEL})
+            if c.labels.get("mappa.owner_pid") == str(proc.pid)
+        ]
+        assert mine == []
+
+
+def test_a_block_holds_no_descriptor_of_the_sandbox_beyond_stdio(session):
+    """In warm mode a block is forked from the worker: it must not inherit the worker's connection to the host (it
+    could write a forged result into it) nor any other of its descriptors; fresh blocks start with stdio only."""
+    r = session.run("import os\nprint(sorted(int(f) for f in os.listdir('/proc/self/fd')))")
+    assert r.ok, r.stderr
+    fds = eval(r.stdout.strip())
+    # 0-2 and the descriptor listdir itself holds
+    assert len(fds) <= 4 and fds[:3] == [0, 1, 2], fds

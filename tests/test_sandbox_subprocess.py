@@ -86,3 +86,19 @@ def test_unknown_backend():
 
 def test_not_claimed_isolated():
     assert make_sandbox("subprocess").isolated is False
+
+
+@pytest.mark.parametrize("mode", ["fresh", "warm"])
+def test_open_files_limit(mode):
+    sb = make_sandbox("subprocess", limits=Limits(timeout_s=5.0, nofile=64), mode=mode, preload=())
+    assert "nofile" in sb.enforces
+    code = (
+        "import os, socket\nfs = []\ntry:\n    while len(fs) < 10_000:\n"
+        "        fs.append(open(os.devnull)); fs.append(socket.socket()); fs += os.pipe()\n"
+        "except OSError as e:\n    print(e.errno, len(fs))\n    raise\n"
+    )
+    with sb.session() as s:
+        r = s.run(code)
+    assert r.status == ExecStatus.ERROR and "Too many open files" in r.stderr, r
+    err, count = (int(x) for x in r.stdout.split())
+    assert err == 24 and count < 64

@@ -75,7 +75,8 @@ class RuleBasedCoach:
 
     Output format: empty reply -5; the final agent or a solver without a ``\\boxed{}`` answer -2, with one +1.
     Tools (roles that ran code): a block that ran OK +3 (+1 more if it printed something); an error -3; a
-    timeout or OOM -4. A tool role that wrote no code in its first turn -2 (a later turn may just conclude).
+    timeout or OOM -4; a block the sandbox lost (``worker_lost``) 0. A tool role that wrote no code in its first
+    turn -2 (a later turn may just conclude).
     Upstream blame: a failure caused by a missing file (FileNotFoundError) that an earlier agent should have
     written costs this agent nothing (the missing-file penalty goes to the earlier agent's own actions through
     their "no artifact written" rule); an agent that acknowledges an upstream tool failure gets +2.
@@ -122,6 +123,8 @@ class RuleBasedCoach:
                     adjust(+1, "code printed output")
             elif "Execution status: timeout" in fb or "Execution status: oom" in fb:
                 adjust(-4, "code timed out or ran out of memory")
+            elif "Execution status: worker_lost" in fb:
+                notes.append("+0 the sandbox lost the block (its warm worker died): not the agent's doing")
             elif "FileNotFoundError" in fb or "No such file" in fb:
                 if owed:
                     notes.append(f"+0 missing input {owed}: blamed on the agent that should have written it")

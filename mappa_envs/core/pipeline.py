@@ -30,7 +30,7 @@ from typing import Any
 from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 
-from sandboxes import ExecResult, Sandbox, Session, make_sandbox
+from sandboxes import ExecResult, ExecStatus, Sandbox, Session, make_sandbox
 
 from .text import TextObservation, normalize_action, sanitize, text_space, truncate_middle
 from .tools import get_tool
@@ -248,6 +248,8 @@ class PipelineEnv(AECEnv, abc.ABC):
             for call in tool.calls(parsed.text):
                 result = tool.run(self.session, call)
                 tool_calls.append(ToolCall(name, call, result, format_feedback(result, self.max_feedback_chars)))
+                if result.status == ExecStatus.WORKER_LOST:  # the sandbox's fault, not the agent's: say so
+                    parsed.issues.append(f"{name} call {len(tool_calls)} has no result: {result.error}")
         if len(parsed.text) > self.max_action_chars:
             parsed.issues.append(
                 f"output of {len(parsed.text)} characters shown truncated to {self.max_action_chars} to later agents"

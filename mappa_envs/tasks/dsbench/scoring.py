@@ -1,9 +1,10 @@
 """Scoring a DSBench submission on the host, from ``submission.csv`` only.
 
 Nothing an agent wrote is ever unpickled or executed here: the scorer reads the bytes of ``submission.csv``
-through :meth:`sandboxes.Session.read_file` (which refuses symlinks and paths leaving the workspace), with a
-size cap derived from the expected number of rows, parses them as text, validates them (columns, row count,
-ids, value types) and only then computes the metric against ``test_answer.csv``.
+through :meth:`sandboxes.Session.read_file` (which refuses symlinks, named pipes, sockets, devices, directories,
+hard links and paths leaving the workspace, without blocking), with a size cap derived from the expected number
+of rows, parses them as text, validates them (columns, row count, ids, value types) and only then computes the
+metric against ``test_answer.csv``.
 
 Every failure is a :class:`Score` with ``valid=False``, a reason a person (or a coach) can act on, and quality 0.
 """
@@ -199,26 +200,24 @@ def score_bytes(task: DSTask, data: bytes) -> Score:
 
 
 def score_workspace(task: DSTask, session: Any) -> Score:
-    """Score the ``submission.csv`` of a sandbox session's workspace (read safely, never executed)."""
+    """Score the ``submission.csv`` of a sandbox session's workspace (read safely, never executed).
+
+    Anything but a regular file with a single link is refused without being opened for long, with a reason that
+    says what it is: a symbolic link, a named pipe (FIFO: reading it would block the host forever), a socket, a
+    device, a directory, a hard link (on a backend that does not isolate, maybe a host file's second name)."""
     ans = answers(task)
 
     def invalid(reason: str) -> Score:
         return Score(False, reason, task.metric, baseline=ans.baseline)
 
-    link = session.workspace / SUBMISSION
-    if link.is_symlink():
-        return invalid(f"{SUBMISSION} is a symbolic link; it is not followed")
-    files = session.files()
-    if SUBMISSION not in files:
-        return invalid(f"{SUBMISSION} is not a regular file" if link.exists() else f"no {SUBMISSION} in the workspace")
     limit = max_submission_bytes(task)
-    if files[SUBMISSION] > limit:
-        return invalid(
-            f"{SUBMISSION} is {files[SUBMISSION]} bytes, over the {limit}-byte limit for {len(ans.ids)} rows"
-        )
     try:
         data = session.read_file(SUBMISSION, max_bytes=limit)
-    except (OSError, ValueError) as e:
+    except FileNotFoundError:
+        return invalid(f"no {SUBMISSION} in the workspace")
+    except ValueError as e:  # UnsafeFileError (names the file type), over the size limit, a read that took too long
+        return invalid(str(e))
+    except OSError as e:
         return invalid(f"{SUBMISSION} could not be read: {e}")
     return score_bytes(task, data)
 
