@@ -11,7 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import ExecResult, ExecStatus, FileChange, Limits, Sandbox, Session, UnsafeFileError, reap_workspaces
+from .base import (
+    ExecResult,
+    ExecStatus,
+    FileChange,
+    Limits,
+    Sandbox,
+    Session,
+    UnsafeFileError,
+    check_env,
+    reap_workspaces,
+)
 from .subprocess_backend import SubprocessSandbox
 
 
@@ -109,6 +119,7 @@ __all__ = [
     "UnsafeFileError",
     "auto_backend",
     "available_backends",
+    "check_env",
     "make_sandbox",
     "reap_workspaces",
     "register_backend",

@@ -95,6 +95,7 @@ def child(req, workspace, w_out, w_err):
                 f.write("1000")  # if the sandbox runs out of memory, the child dies, not the worker
         except OSError:
             pass
+        os.environ.update(req.get("env") or {})
         os.chdir(workspace)
         sys.stdout.reconfigure(write_through=True)
         sys.argv = [req["path"]]

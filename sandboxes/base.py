@@ -17,6 +17,7 @@ import atexit
 import enum
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -25,6 +26,7 @@ import subprocess
 import tempfile
 import time
 import weakref
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,6 +150,28 @@ _KINDS = {
     stat.S_IFLNK: "symbolic link",
     stat.S_IFREG: "regular file",
 }
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+RESERVED_ENV = ("PATH", "HOME", "TMPDIR", "LD_", "PYTHON", "DYLD_")
+"""Names (or prefixes, ending in ``_`` or ``PYTHON``) ``env=`` refuses: they would change how the sandbox's own
+interpreter and launcher run, not just what the code reads."""
+
+
+def check_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The variables of an explicit ``env=`` (a session's or a run's), checked: names of letters, digits and ``_``,
+    none of :data:`RESERVED_ENV`, string values without NUL of at most 32 KiB. Only these reach the code: the host's
+    own variables never do, whatever is given here."""
+    out: dict[str, str] = {}
+    for name, value in (env or {}).items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise ValueError(f"env: {name!r} is not a variable name (letters, digits and _, not starting with a digit)")
+        if name in ("PATH", "HOME", "TMPDIR") or name.startswith(("LD_", "PYTHON", "DYLD_")):
+            raise ValueError(f"env: {name} is reserved (it changes how the sandbox runs, not what the code reads)")
+        if not isinstance(value, str) or "\0" in value or len(value) > 32 * 1024:
+            raise ValueError(f"env: the value of {name} must be a string without NUL, at most 32 KiB")
+        out[name] = value
+    return out
 
 
 def file_kind(mode: int) -> str:
@@ -298,6 +322,8 @@ class Session(abc.ABC):
 
     def __init__(self, sandbox: Sandbox, workspace: Path | None = None, keep_workspace: bool = False):
         self.sandbox = sandbox
+        self.env: dict[str, str] = {}
+        """Variables every execution of this session gets (``Sandbox.session(env=...)``); nothing of the host's."""
         self.closed = True  # until the folders exist: close() then has nothing to undo
         self._owns_workspace = workspace is None
         self.keep_workspace = keep_workspace
@@ -346,8 +372,13 @@ class Session(abc.ABC):
         self._quota_mounted = True
 
     @abc.abstractmethod
-    def run(self, code: str, *, timeout_s: float | None = None) -> ExecResult:
-        """Execute Python ``code`` with the workspace as the working directory."""
+    def run(self, code: str, *, timeout_s: float | None = None, env: Mapping[str, str] | None = None) -> ExecResult:
+        """Execute Python ``code`` with the workspace as the working directory; ``env`` adds variables to the
+        session's (:func:`check_env`) for this execution only."""
+
+    def env_for(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        """The variables an execution gets on top of the backend's fixed ones: the session's, then ``env``."""
+        return {**self.env, **check_env(env)}
 
     def result(
         self,
@@ -515,8 +546,11 @@ class Sandbox(abc.ABC):
         self.limits = limits or Limits()
 
     @abc.abstractmethod
-    def session(self, workspace: str | Path | None = None, keep_workspace: bool = False) -> Session:
-        """Open a session with a fresh (or the given) workspace."""
+    def session(
+        self, workspace: str | Path | None = None, keep_workspace: bool = False, env: Mapping[str, str] | None = None
+    ) -> Session:
+        """Open a session with a fresh (or the given) workspace; ``env``: variables every execution gets
+        (:func:`check_env`)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release backend-wide resources."""

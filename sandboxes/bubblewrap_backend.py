@@ -163,9 +163,9 @@ class BubblewrapSession(ProcessSession):
             os.close(block_w)
         return proc
 
-    def run(self, code: str, *, timeout_s: float | None = None) -> ExecResult:
+    def run(self, code: str, *, timeout_s: float | None = None, env=None) -> ExecResult:
         kills = self.cgroup.oom_kills() if self.cgroup is not None else 0
-        r = super().run(code, timeout_s=timeout_s)
+        r = super().run(code, timeout_s=timeout_s, env=env)
         failed = r.status not in (ExecStatus.OK, ExecStatus.TIMEOUT, ExecStatus.OOM)
         if failed and self.cgroup is not None and self.cgroup.oom_kills() > kills:
             # the group's memory limit was reached and the kernel killed a process of the sandbox (in fresh mode,

@@ -29,7 +29,7 @@ import time
 import weakref
 from typing import Any
 
-from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, snapshot
+from .base import ExecResult, Limits, OutputCap, Sandbox, Session, check_env, classify, snapshot
 from .base import pid_alive as _pid_alive
 from .base import process_start as _process_start
 from .image import DEFAULT_IMAGE
@@ -159,10 +159,13 @@ class DockerSession(Session):
             auto_remove=False,
         )
 
-    def _exec(self, cmd: list[str], user: str, limit: int, deadline: float | None) -> tuple[int | None, Any, Any]:
+    def _exec(
+        self, cmd: list[str], user: str, limit: int, deadline: float | None, env: dict[str, str] | None = None
+    ) -> tuple[int | None, Any, Any]:
         """Run ``cmd`` in the container; returns (exit code, stdout cap, stderr cap). None exit code: no answer."""
         api = self.sandbox.client.api  # type: ignore[attr-defined]
-        exec_id = api.exec_create(self.container.id, cmd, user=user, workdir="/workspace", environment=_CHILD_ENV)
+        environment = {**_CHILD_ENV, **(env or {})}
+        exec_id = api.exec_create(self.container.id, cmd, user=user, workdir="/workspace", environment=environment)
         out, err = OutputCap(limit), OutputCap(limit)
         done = threading.Event()
 
@@ -192,10 +195,11 @@ class DockerSession(Session):
         except Exception:
             pass
 
-    def run(self, code: str, *, timeout_s: float | None = None) -> ExecResult:
+    def run(self, code: str, *, timeout_s: float | None = None, env=None) -> ExecResult:
         if self.closed:
             raise RuntimeError("session is closed")
         sb: DockerSandbox = self.sandbox  # type: ignore[assignment]
+        extra = self.env_for(env)
         timeout = sb.limits.timeout_s if timeout_s is None else timeout_s
         self.executions += 1
         name = f"cell_{self.executions}.py"
@@ -204,9 +208,10 @@ class DockerSession(Session):
         before = snapshot(self.workspace)
         start = time.monotonic()
         if sb.mode == "warm":
-            return self._run_warm(name, timeout, before, start)
+            return self._run_warm(name, timeout, before, start, extra)
         cmd = ["timeout", "-s", "KILL", f"{timeout:g}", "python3", "-I", "-u", f"/mappa/code/{name}"]
-        exit_code, out, err = self._exec(cmd, str(SANDBOX_UID), sb.limits.output_bytes, start + timeout + GRACE_S)
+        deadline = start + timeout + GRACE_S
+        exit_code, out, err = self._exec(cmd, str(SANDBOX_UID), sb.limits.output_bytes, deadline, extra)
         duration = time.monotonic() - start
         engine_lost = exit_code is None
         if engine_lost:
@@ -236,12 +241,12 @@ class DockerSession(Session):
         # stopping the worker: kill every process of the sandbox user
         return self._kill_leftovers, lambda: bool(api.exec_inspect(exec_id).get("Running"))
 
-    def _run_warm(self, name: str, timeout: float, before, start: float) -> ExecResult:
+    def _run_warm(self, name: str, timeout: float, before, start: float, env=None) -> ExecResult:
         sb: DockerSandbox = self.sandbox  # type: ignore[assignment]
         if self._worker is None:
             self._worker = WarmWorker(self._ipc_dir / "worker.sock", self._launch_worker)
         exit_code, timed_out, out, err, message, lost = run_block(
-            self._worker, f"/mappa/code/{name}", sb.limits, timeout, 0, GRACE_S
+            self._worker, f"/mappa/code/{name}", sb.limits, timeout, 0, GRACE_S, env=env
         )
         if exit_code is None:  # the worker did not answer: start from a fresh container (workspace kept)
             self._restart_container()
@@ -315,5 +320,7 @@ class DockerSandbox(Sandbox):
         if "name=seccomp" in security:  # the engine's default profile applies to the containers (none is named)
             self.enforces = type(self).enforces | {"seccomp"}
 
-    def session(self, workspace=None, keep_workspace: bool = False) -> DockerSession:
-        return DockerSession(self, workspace, keep_workspace)
+    def session(self, workspace=None, keep_workspace: bool = False, env=None) -> DockerSession:
+        s = DockerSession(self, workspace, keep_workspace)
+        s.env = check_env(env)
+        return s

@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 
-from .base import ExecResult, ExecStatus, Limits, Sandbox, Session, snapshot
+from .base import ExecResult, ExecStatus, Limits, Sandbox, Session, check_env, snapshot
 
 PACK = ".mappa_out.tar"
 _WRAPPER = """\
@@ -46,16 +46,18 @@ def _mappa_pack():
 
 _mappa_atexit.register(_mappa_pack)
 del _mappa_atexit, _mappa_pack
+__import__("os").environ.update({env!r})
 __mappa_source = {source!r}
 exec(compile(__mappa_source, "cell.py", "exec"), {{"__name__": "__main__", "__builtins__": __builtins__}})
 """
 
 
 class SandboxFusionSession(Session):
-    def run(self, code: str, *, timeout_s: float | None = None) -> ExecResult:
+    def run(self, code: str, *, timeout_s: float | None = None, env=None) -> ExecResult:
         if self.closed:
             raise RuntimeError("session is closed")
         sb: SandboxFusionSandbox = self.sandbox  # type: ignore[assignment]
+        extra = self.env_for(env)
         timeout = sb.limits.timeout_s if timeout_s is None else timeout_s
         self.executions += 1
         before = snapshot(self.workspace)
@@ -66,7 +68,7 @@ class SandboxFusionSession(Session):
             except (OSError, ValueError):
                 pass
         request = {
-            "code": _WRAPPER.format(pack=PACK, source=code),
+            "code": _WRAPPER.format(pack=PACK, source=code, env=extra),
             "language": "python",
             "run_timeout": timeout,
             "compile_timeout": timeout,
@@ -178,5 +180,7 @@ class SandboxFusionSandbox(Sandbox):
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
 
-    def session(self, workspace=None, keep_workspace: bool = False) -> SandboxFusionSession:
-        return SandboxFusionSession(self, workspace, keep_workspace)
+    def session(self, workspace=None, keep_workspace: bool = False, env=None) -> SandboxFusionSession:
+        s = SandboxFusionSession(self, workspace, keep_workspace)
+        s.env = check_env(env)
+        return s

@@ -11,6 +11,7 @@ capping, classification); the bubblewrap backend only changes how a process is l
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import ExecResult, Limits, OutputCap, Sandbox, Session, classify, snapshot
+from .base import ExecResult, Limits, OutputCap, Sandbox, Session, check_env, classify, snapshot
 from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block, spawn
 
 MODES = ("fresh", "warm")
@@ -30,9 +31,11 @@ GRACE_S = 5.0
 # Runs in the child before the agent's code: set rlimits, then exec the real interpreter (limits survive exec).
 # Doing this in the child instead of ``preexec_fn`` keeps Popen safe when the host process has threads.
 _LAUNCHER = """\
-import os, resource, sys
+import json, os, resource, sys
 mem, cpu, fsize, nproc, nofile = (int(a) for a in sys.argv[1:6])
-script, python = sys.argv[6], sys.argv[7]
+script, python, env_file = sys.argv[6], sys.argv[7], sys.argv[8]
+if env_file:
+    with open(env_file, encoding="utf-8") as f: os.environ.update(json.load(f))
 if mem: resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
@@ -114,10 +117,11 @@ class ProcessSession(Session):
         return popen(self.wrap(argv), **kwargs, **self.popen_kwargs())
 
     # ---------------------------------------------------------------- execution
-    def run(self, code: str, *, timeout_s: float | None = None) -> ExecResult:
+    def run(self, code: str, *, timeout_s: float | None = None, env=None) -> ExecResult:
         if self.closed:
             raise RuntimeError("session is closed")
         sb: ProcessSandbox = self.sandbox  # type: ignore[assignment]
+        extra = self.env_for(env)
         timeout = sb.limits.timeout_s if timeout_s is None else timeout_s
         self.executions += 1
         script = self._code_dir / f"cell_{self.executions}.py"
@@ -127,20 +131,27 @@ class ProcessSession(Session):
         start = time.monotonic()
         lost = False
         if sb.mode == "warm":
-            exit_code, timed_out, out, err, message, lost = self._run_warm(script, timeout)
+            exit_code, timed_out, out, err, message, lost = self._run_warm(script, timeout, extra)
         else:
-            exit_code, timed_out, out, err = self._run_fresh(script, timeout)
+            exit_code, timed_out, out, err = self._run_fresh(script, timeout, extra)
             message = None
         duration = time.monotonic() - start
         status, msg = classify(exit_code, err[0], timed_out, worker_lost=lost)
         return self.result(status, exit_code, out, err, duration, before, f"{sb.name}/{sb.mode}", message or msg)
 
-    def _run_fresh(self, script: Path, timeout: float):
+    def _run_fresh(self, script: Path, timeout: float, env: dict[str, str] | None = None):
         lim = self.sandbox.limits
         py = self.python_inside()
+        env_file = ""
+        if env:  # the session's explicit variables, read by the launcher before it execs the interpreter
+            path = script.with_suffix(".env.json")
+            path.write_text(json.dumps(env), encoding="utf-8")
+            os.chmod(path, 0o644)
+            env_file = self.inside(path)
         launcher = [py, "-I", "-S", "-c", _LAUNCHER]
         launcher += [str(lim.memory_mb * 1024 * 1024), str(max(1, int(timeout) + 1))]
         launcher += [str(lim.file_size_mb * 1024 * 1024), str(self.nproc()), str(lim.nofile), self.inside(script), py]
+        launcher += [env_file]
         proc = self.launch(launcher, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         out_r, err_r = _CappedReader(proc.stdout, lim.output_bytes), _CappedReader(proc.stderr, lim.output_bytes)
         out_r.start()
@@ -183,10 +194,12 @@ class ProcessSession(Session):
 
         return stop, lambda: proc.poll() is None
 
-    def _run_warm(self, script: Path, timeout: float):
+    def _run_warm(self, script: Path, timeout: float, env: dict[str, str] | None = None):
         if self._worker is None:
             self._worker = WarmWorker(self._ipc_dir / "worker.sock", self._launch_worker)
-        return run_block(self._worker, self.inside(script), self.sandbox.limits, timeout, self.nproc(), GRACE_S)
+        return run_block(
+            self._worker, self.inside(script), self.sandbox.limits, timeout, self.nproc(), GRACE_S, env=env
+        )
 
     def _close_backend(self) -> None:
         if self._worker is not None:
@@ -214,8 +227,10 @@ class ProcessSandbox(Sandbox):
         self.preload = tuple(preload)
         self.python = python or sys.executable
 
-    def session(self, workspace=None, keep_workspace: bool = False) -> ProcessSession:
-        return self.session_class(self, workspace, keep_workspace)
+    def session(self, workspace=None, keep_workspace: bool = False, env=None) -> ProcessSession:
+        s = self.session_class(self, workspace, keep_workspace)
+        s.env = check_env(env)
+        return s
 
 
 class SubprocessSession(ProcessSession):

@@ -243,7 +243,13 @@ class BlockOutcome(NamedTuple):
 
 
 def run_block(
-    worker: WarmWorker, path: str, limits: Limits, timeout: float, nproc: int = 0, grace_s: float = 5.0
+    worker: WarmWorker,
+    path: str,
+    limits: Limits,
+    timeout: float,
+    nproc: int = 0,
+    grace_s: float = 5.0,
+    env: dict[str, str] | None = None,
 ) -> BlockOutcome:
     """Run one block through ``worker``.
 
@@ -259,6 +265,7 @@ def run_block(
         "fsize_bytes": limits.file_size_mb * 1024 * 1024,
         "nproc": nproc,
         "nofile": limits.nofile,
+        "env": dict(env or {}),  # the session's explicit variables (checked by sandboxes.base.check_env)
     }
     nothing = ("", False)
     try:

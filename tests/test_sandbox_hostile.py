@@ -792,3 +792,38 @@ def test_a_block_holds_no_descriptor_of_the_sandbox_beyond_stdio(session):
     fds = eval(r.stdout.strip())
     # 0-2 and the descriptor listdir itself holds
     assert len(fds) <= 4 and fds[:3] == [0, 1, 2], fds
+
+
+ENV_PROBE = "import os\nprint(os.environ.get('MAPPA_SEED'), os.environ.get('DATA_PATH'), os.environ.get('HOST_SECRET'))"
+
+
+@pytest.mark.parametrize("mode", ["fresh", "warm"])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "subprocess",
+        pytest.param("bubblewrap", marks=pytest.mark.skipif(bool(BWRAP_SKIP), reason=str(BWRAP_SKIP))),
+        pytest.param(
+            "docker", marks=[pytest.mark.docker, pytest.mark.skipif(bool(DOCKER_SKIP), reason=str(DOCKER_SKIP))]
+        ),
+    ],
+)
+def test_explicit_env_reaches_the_code_and_host_variables_never_do(backend, mode, monkeypatch):
+    monkeypatch.setenv("HOST_SECRET", "sk-do-not-leak")
+    monkeypatch.setenv("MAPPA_SEED", "from-the-host")  # a host variable of the same name is not passed either
+    sb = make_sandbox(backend, limits=LIMITS, mode=mode)
+    try:
+        with sb.session(env={"MAPPA_SEED": "7", "DATA_PATH": "/workspace/data"}) as s:
+            r = s.run(ENV_PROBE)
+            assert r.ok and r.stdout.split() == ["7", "/workspace/data", "None"], (r.stdout, r.stderr)
+            # a run's own variables add to (and override) the session's, for that run only
+            r = s.run(ENV_PROBE, env={"MAPPA_SEED": "8"})
+            assert r.stdout.split() == ["8", "/workspace/data", "None"], r.stdout
+            assert s.run(ENV_PROBE).stdout.split()[0] == "7"
+            for bad in ({"LD_PRELOAD": "/x.so"}, {"PYTHONPATH": "/x"}, {"PATH": "/x"}, {"1X": "y"}, {"A": "b\0c"}):
+                with pytest.raises(ValueError, match="env"):
+                    s.run("print(1)", env=bad)
+        with sb.session() as s:  # no env: none of the host's
+            assert s.run(ENV_PROBE).stdout.split() == ["None", "None", "None"]
+    finally:
+        sb.close()

@@ -62,3 +62,16 @@ def test_api_key_only_from_the_environment(url, monkeypatch):
         assert r.status == ExecStatus.ERROR and "MAPPA_TEST_FUSION_KEY" in r.error
         monkeypatch.setenv("MAPPA_TEST_FUSION_KEY", "k")
         assert s.run("print(1)").stdout == "1\n"
+
+
+def test_explicit_env_goes_with_the_code_and_host_variables_do_not(url, monkeypatch):
+    monkeypatch.setenv("HOST_SECRET", "sk-do-not-leak")
+    sb = make_sandbox("sandboxfusion", url=url, limits=Limits(timeout_s=5))
+    probe = "import os\nprint(os.environ.get('MAPPA_SEED'), os.environ.get('HOST_SECRET'))\nraise SystemExit(3)"
+    with sb.session(env={"MAPPA_SEED": "7"}) as s:
+        r = s.run(probe)
+        assert r.stdout.split() == ["7", "None"] and r.exit_code == 3, (r.stdout, r.stderr)
+        assert s.run(probe, env={"MAPPA_SEED": "8"}).stdout.split()[0] == "8"
+        # the variables are set before the block; its line numbers are its own
+        r = s.run("x = 1\nraise ValueError('line two')")
+        assert 'line 2' in r.stderr, r.stderr
