@@ -67,6 +67,7 @@ def child(req, workspace, w_out, w_err):
     """In the forked child: isolate, limit, run the block, exit. Never returns."""
     code = 1
     try:
+        set_dumpable(True)  # the block's own /proc files stay its own (oom_score_adj below); the worker stays closed
         os.setsid()
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
@@ -216,6 +217,15 @@ def kill_everyone_else():
             break
 
 
+def set_dumpable(on):
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 1 if on else 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except Exception:
+        pass
+
+
 def die_with_parent():
     """Ask the kernel to SIGKILL this worker when the thread that started it ends (Linux only): on the host
     (subprocess backend), the host's launcher thread, which lives as long as the host process. Inside a sandbox the
@@ -237,6 +247,9 @@ def main():
             __import__(name)
         except Exception as e:
             print(f"worker: could not preload {name}: {e}", file=sys.stderr)
+    # Not dumpable: a block (our child, the same uid) may then neither ptrace us nor open /proc/<worker>/mem (a
+    # write there is no system call the seccomp filter sees) to forge results or survive its block.
+    set_dumpable(False)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = sock_path + ".tmp"
     srv.bind(tmp)

@@ -119,14 +119,25 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     not followed and nothing is opened, so a named pipe or a socket is listed without blocking (and is refused by
     :meth:`Session.read_file`)."""
     out: dict[str, tuple[int, int]] = {}
-    for dirpath, _dirnames, filenames in os.walk(root, followlinks=False):
-        for name in filenames:
-            p = Path(dirpath, name)
+    # an explicit stack, not os.walk's recursion: a tree thousands of folders deep (a few ms of mkdir for the code)
+    # must not raise RecursionError here; symlinked folders are listed as entries, never entered
+    stack = [(str(root), "")]
+    while stack:
+        folder, rel = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            name = f"{rel}{entry.name}"
             try:
-                st = p.lstat()
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((entry.path, name + "/"))
+                    continue
+                st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            out[p.relative_to(root).as_posix()] = (st.st_size, st.st_mtime_ns)
+            out[name] = (st.st_size, st.st_mtime_ns)
     return out
 
 
@@ -227,16 +238,25 @@ def owner_record() -> dict[str, Any]:
 
 
 def remove_tree(path: Path) -> None:
-    """Remove a folder the host owns, whatever modes the code inside left on it (a read-only sub-folder...)."""
-    shutil.rmtree(path, ignore_errors=True)
-    if os.path.lexists(path):
-        for dirpath, dirnames, _ in os.walk(path):
-            for d in dirnames:
-                try:
-                    os.chmod(os.path.join(dirpath, d), 0o700, follow_symlinks=False)
-                except OSError:
-                    pass
+    """Remove a folder the host owns, whatever the code inside left in it: read-only sub-folders, symlinks, a tree
+    too deep for Python's recursion (``rm -rf --one-file-system`` then: iterative, never follows links)."""
+    try:
         shutil.rmtree(path, ignore_errors=True)
+        if os.path.lexists(path):
+            for dirpath, dirnames, _ in os.walk(path):
+                for d in dirnames:
+                    p = os.path.join(dirpath, d)
+                    if os.path.islink(p):
+                        continue
+                    try:
+                        os.chmod(p, 0o700)
+                    except OSError:
+                        pass
+            shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        pass
+    if os.path.lexists(path):
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, check=False)
 
 
 def _orphaned(entry: os.DirEntry) -> bool:

@@ -314,13 +314,16 @@ class DockerSandbox(Sandbox):
         if reap_leftovers:
             reap(self.client)
         try:
-            security = " ".join(self.client.info().get("SecurityOptions") or [])
+            options = list(self.client.info().get("SecurityOptions") or [])
         except Exception:
-            security = ""
-        if "name=seccomp" in security:  # the engine's default profile applies to the containers (none is named)
+            options = []
+        # the engine's default profile applies to the containers (none is named), unless it runs them unconfined
+        seccomp = [dict(kv.split("=", 1) for kv in o.split(",") if "=" in kv) for o in options if "name=seccomp" in o]
+        if any(o.get("profile") != "unconfined" for o in seccomp):
             self.enforces = type(self).enforces | {"seccomp"}
 
     def session(self, workspace=None, keep_workspace: bool = False, env=None) -> DockerSession:
+        env = check_env(env)  # before a container is started
         s = DockerSession(self, workspace, keep_workspace)
-        s.env = check_env(env)
+        s.env = env
         return s

@@ -181,6 +181,7 @@ class SandboxFusionSandbox(Sandbox):
             return json.loads(resp.read())
 
     def session(self, workspace=None, keep_workspace: bool = False, env=None) -> SandboxFusionSession:
+        env = check_env(env)
         s = SandboxFusionSession(self, workspace, keep_workspace)
-        s.env = check_env(env)
+        s.env = env
         return s

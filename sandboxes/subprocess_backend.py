@@ -133,7 +133,10 @@ class ProcessSession(Session):
         if sb.mode == "warm":
             exit_code, timed_out, out, err, message, lost = self._run_warm(script, timeout, extra)
         else:
-            exit_code, timed_out, out, err = self._run_fresh(script, timeout, extra)
+            try:
+                exit_code, timed_out, out, err = self._run_fresh(script, timeout, extra)
+            finally:  # a run's variables are that run's: later blocks must not find them in the code folder
+                script.with_suffix(".env.json").unlink(missing_ok=True)
             message = None
         duration = time.monotonic() - start
         status, msg = classify(exit_code, err[0], timed_out, worker_lost=lost)
@@ -181,7 +184,9 @@ class ProcessSession(Session):
         os.chmod(worker, 0o644)
         argv = [self.python_inside(), "-I", "-u", self.inside(worker), self.inside(self._ipc_dir / "worker.sock")]
         argv += [self.workspace_inside(), ",".join(sb.preload), "1" if self.kill_all_after_block else "0"]
-        with open(self._ipc_dir / "worker.log", "ab") as log:  # preload failures and the like
+        # preload failures and the like, in the session's own folder: the ipc folder is the sandbox's to write (a
+        # FIFO or a symlink planted there as worker.log would block or redirect the host's open)
+        with open(self.root / "worker.log", "ab") as log:
             # from the launcher thread: a parent-death signal must follow the host process, not this thread
             proc = self.launch(argv, spawn, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
@@ -228,8 +233,9 @@ class ProcessSandbox(Sandbox):
         self.python = python or sys.executable
 
     def session(self, workspace=None, keep_workspace: bool = False, env=None) -> ProcessSession:
+        env = check_env(env)  # before anything is built
         s = self.session_class(self, workspace, keep_workspace)
-        s.env = check_env(env)
+        s.env = env
         return s
 
 

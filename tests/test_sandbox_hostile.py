@@ -320,7 +320,25 @@ def test_ptrace_of_init_cannot_freeze_later_blocks(sandbox, session):
     assert all(line.split()[2:] == ["-1", "EPERM"] for line in r.stdout.strip().splitlines()), r.stdout
     t = time.monotonic()
     r = session.run("print('alive')")
-    assert r.ok and r.stdout == "alive\n" and time.monotonic() - t < 3, r
+    # not frozen: it runs, well before a timeout (a frozen init would make it run into TIMEOUT + grace)
+    assert r.ok and r.stdout == "alive\n" and time.monotonic() - t < TIMEOUT, r
+
+
+def test_a_warm_block_cannot_reach_its_workers_memory(sandbox, session):
+    """The worker is not dumpable: its child block (same uid) can neither ptrace it nor write /proc/<worker>/mem,
+    which no system-call filter sees, to forge later results or outlive its block."""
+    if sandbox.mode != "warm":
+        pytest.skip("warm workers only")
+    r = session.run(
+        "import ctypes, errno, os\n"
+        "try:\n    open(f'/proc/{os.getppid()}/mem', 'r+b'); print('opened')\n"
+        "except OSError as e:\n    print(errno.errorcode[e.errno])\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.ptrace(ctypes.c_long(16), ctypes.c_long(os.getppid()), None, None))\n"
+    )
+    assert r.ok, r
+    opened, traced = r.stdout.split()
+    assert opened in ("EACCES", "EPERM") and traced == "-1", r.stdout
 
 
 @pytest.mark.parametrize("kind", ["open", "socket", "pipe"])
@@ -811,7 +829,7 @@ ENV_PROBE = "import os\nprint(os.environ.get('MAPPA_SEED'), os.environ.get('DATA
 def test_explicit_env_reaches_the_code_and_host_variables_never_do(backend, mode, monkeypatch):
     monkeypatch.setenv("HOST_SECRET", "sk-do-not-leak")
     monkeypatch.setenv("MAPPA_SEED", "from-the-host")  # a host variable of the same name is not passed either
-    sb = make_sandbox(backend, limits=LIMITS, mode=mode)
+    sb = make_sandbox(backend, limits=ANY_LIMITS, mode=mode, preload=("json",))
     try:
         with sb.session(env={"MAPPA_SEED": "7", "DATA_PATH": "/workspace/data"}) as s:
             r = s.run(ENV_PROBE)
@@ -827,3 +845,39 @@ def test_explicit_env_reaches_the_code_and_host_variables_never_do(backend, mode
             assert s.run(ENV_PROBE).stdout.split() == ["None", "None", "None"]
     finally:
         sb.close()
+
+
+def test_a_deep_tree_does_not_break_the_session_nor_its_removal(any_sandbox):
+    """Thousands of nested folders (a few ms of mkdir) once raised RecursionError from the workspace snapshot and
+    from the removal at close; a read-only folder holding a symlink to / made the removal raise."""
+    s = any_sandbox.session()
+    root = s.root
+    code = (
+        "import os\n"
+        "os.makedirs('ro', exist_ok=True); os.symlink('/', 'ro/l'); os.chmod('ro', 0o500)\n"
+        "for _ in range(1500):\n    os.mkdir('d'); os.chdir('d')\n"
+        "print('ok')"
+    )
+    r = s.run(code)
+    assert r.ok and r.stdout == "ok\n", r
+    assert s.run("print(1)").ok and "ro/l" in s.files()
+    s.close()
+    assert not root.exists()
+
+
+def test_the_worker_log_is_out_of_the_sandboxs_reach(any_sandbox):
+    """The warm worker's log is opened by the host at every (re)start: a FIFO or a symlink planted where the code can
+    write must not block or redirect it."""
+    if any_sandbox.mode != "warm" or any_sandbox.name == "docker":
+        pytest.skip("process backends' warm workers")
+    with any_sandbox.session() as s:
+        plant = (
+            "import os, signal\n"
+            "for d in ('/mappa/ipc', os.path.dirname(os.environ.get('TMPDIR', '.'))):\n"
+            "    try:\n        os.mkfifo(os.path.join(d, 'worker.log'))\n    except OSError:\n        pass\n"
+            "os.kill(os.getppid(), signal.SIGKILL)\n"
+        )
+        s.run(plant)
+        t = time.monotonic()
+        r = s.run("print('next')")
+        assert r.ok and r.stdout == "next\n" and time.monotonic() - t < TIMEOUT, r

@@ -74,4 +74,4 @@ def test_explicit_env_goes_with_the_code_and_host_variables_do_not(url, monkeypa
         assert s.run(probe, env={"MAPPA_SEED": "8"}).stdout.split()[0] == "8"
         # the variables are set before the block; its line numbers are its own
         r = s.run("x = 1\nraise ValueError('line two')")
-        assert 'line 2' in r.stderr, r.stderr
+        assert "line 2" in r.stderr, r.stderr
