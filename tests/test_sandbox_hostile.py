@@ -16,6 +16,43 @@ import pytest
 
 from sandboxes import ExecStatus, Limits, make_sandbox
 
+
+@pytest.fixture(scope="module", autouse=True)
+def nothing_left_behind():
+    """After every case of this module (on every backend, fresh and warm, from the main thread and from thread
+    pools): no session folder, container or cgroup of this process is left."""
+    import json
+    import tempfile
+
+    yield
+    from sandboxes.base import OWNER_FILE, SESSION_PREFIX
+
+    mine = []
+    for folder in Path(tempfile.gettempdir()).glob(SESSION_PREFIX + "*"):
+        try:
+            owner = json.loads((folder / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if owner.get("pid") == os.getpid():
+            mine.append(folder)
+    assert not mine, f"session folders left behind: {mine}"
+    if not DOCKER_SKIP:
+        from sandboxes.docker_backend import LABEL, docker_client
+
+        left = [
+            c.name
+            for c in docker_client().containers.list(all=True, filters={"label": LABEL})
+            if (c.labels or {}).get("mappa.owner_pid") == str(os.getpid())
+        ]
+        assert not left, f"containers left behind: {left}"
+    from sandboxes import cgroups
+
+    got = cgroups.support()
+    if not isinstance(got, str):  # the bubblewrap sessions' groups are named o<owner pid>-<start>-<token>
+        groups = [g for parent in set(got.parents.values()) for g in parent.glob(f"o{os.getpid()}-*") if g.is_dir()]
+        assert not groups, f"cgroups left behind: {groups}"
+
+
 TIMEOUT = 2.0
 LIMITS = Limits(timeout_s=TIMEOUT, memory_mb=256, pids=64, output_bytes=4096, file_size_mb=16, workspace_mb=48)
 
@@ -67,10 +104,28 @@ def sandbox(request):
     sb.close()
 
 
-@pytest.fixture
-def session(sandbox):
+class _FromThreadPools:
+    """A session every block of which is run from a new, short-lived thread pool (an async driver's pattern): each
+    hostile case must hold there exactly as from the main thread (a warm worker once died with its starting
+    thread, and every other block was lost)."""
+
+    def __init__(self, session):
+        self._session = session
+
+    def run(self, code, **kwargs):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(self._session.run, code, **kwargs).result()
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+
+@pytest.fixture(params=["main-thread", "thread-pool"])
+def session(sandbox, request):
     with sandbox.session() as s:
-        yield s
+        yield s if request.param == "main-thread" else _FromThreadPools(s)
 
 
 def test_no_network_egress(session):
