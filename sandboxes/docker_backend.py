@@ -84,15 +84,17 @@ def reap(client=None, *, all_owners: bool = False) -> int:
     client = client or docker_client()
     removed = 0
     host = socket.gethostname()
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
-        labels = c.labels or {}
+    # the low-level listing: one request, no per-container inspect that a container removed meanwhile (by another
+    # session's close, in another thread or process) would turn into NotFound and a failed sandbox start
+    for c in client.api.containers(all=True, filters={"label": LABEL}):
+        labels = c.get("Labels") or {}
         pid = int(labels.get("mappa.owner_pid", "0") or 0)
         same_host = labels.get("mappa.owner_host") == host
         if all_owners or not same_host or not _pid_alive(pid, float(labels.get("mappa.owner_start", "0") or 0)):
             try:
-                c.remove(force=True)
+                client.api.remove_container(c["Id"], force=True)
                 removed += 1
-            except Exception:
+            except Exception:  # already gone, or being removed
                 pass
     return removed
 

@@ -35,10 +35,11 @@ DRIVER = textwrap.dedent(
 def _containers_of(client, pid):
     from sandboxes.docker_backend import LABEL
 
+    # the low-level listing (no per-container inspect racing with removals)
     return [
-        c
-        for c in client.containers.list(all=True, filters={"label": LABEL})
-        if c.labels.get("mappa.owner_pid") == str(pid)
+        c["Id"]
+        for c in client.api.containers(all=True, filters={"label": LABEL})
+        if (c.get("Labels") or {}).get("mappa.owner_pid") == str(pid)
     ]
 
 

@@ -24,25 +24,30 @@ def nothing_left_behind():
     import json
     import tempfile
 
-    yield
     from sandboxes.base import OWNER_FILE, SESSION_PREFIX
 
-    mine = []
-    for folder in Path(tempfile.gettempdir()).glob(SESSION_PREFIX + "*"):
-        try:
-            owner = json.loads((folder / OWNER_FILE).read_text())
-        except (OSError, ValueError):
-            continue
-        if owner.get("pid") == os.getpid():
-            mine.append(folder)
-    assert not mine, f"session folders left behind: {mine}"
+    def mine() -> set[Path]:
+        out = set()
+        for folder in Path(tempfile.gettempdir()).glob(SESSION_PREFIX + "*"):
+            try:
+                owner = json.loads((folder / OWNER_FILE).read_text())
+            except (OSError, ValueError):
+                continue
+            if owner.get("pid") == os.getpid():
+                out.add(folder)
+        return out
+
+    before = mine()  # sessions other test modules of this process still hold open
+    yield
+    left = mine() - before
+    assert not left, f"session folders left behind: {sorted(left)}"
     if not DOCKER_SKIP:
         from sandboxes.docker_backend import LABEL, docker_client
 
         left = [
-            c.name
-            for c in docker_client().containers.list(all=True, filters={"label": LABEL})
-            if (c.labels or {}).get("mappa.owner_pid") == str(os.getpid())
+            c["Id"]
+            for c in docker_client().api.containers(all=True, filters={"label": LABEL})
+            if (c.get("Labels") or {}).get("mappa.owner_pid") == str(os.getpid())
         ]
         assert not left, f"containers left behind: {left}"
     from sandboxes import cgroups
@@ -850,9 +855,9 @@ def test_sigkilled_owner_leaves_nothing_after_reap(private_tmp):
         from sandboxes.docker_backend import LABEL, docker_client
 
         mine = [
-            c
-            for c in docker_client().containers.list(all=True, filters={"label": LABEL})
-            if c.labels.get("mappa.owner_pid") == str(proc.pid)
+            c["Id"]
+            for c in docker_client().api.containers(all=True, filters={"label": LABEL})
+            if (c.get("Labels") or {}).get("mappa.owner_pid") == str(proc.pid)
         ]
         assert mine == []
 
