@@ -641,6 +641,7 @@ def _check_eval(cfg: TrainConfig) -> Check | None:
     if cfg.eval_samples < 1:
         return Check("eval", False, f"eval_samples={cfg.eval_samples}: must be at least 1")
     found = []
+    train_prompts: set[str] | None = None
     for split in (cfg.eval_split, *cfg.eval_extra_splits):  # None: the task's own held-out split
         try:
             with warnings.catch_warnings():
@@ -653,7 +654,9 @@ def _check_eval(cfg: TrainConfig) -> Check | None:
         if cfg.eval_episodes > n_tasks:
             return Check("eval", False, f"eval_episodes={cfg.eval_episodes} > {n_tasks} held-out tasks in {name!r}")
         try:
-            shared = _prompts(cfg.env_id, kwargs) & _prompts(cfg.env_id, cfg.env_kwargs)
+            if train_prompts is None:  # built once, whatever the number of held-out splits
+                train_prompts = _prompts(cfg.env_id, cfg.env_kwargs)
+            shared = _prompts(cfg.env_id, kwargs) & train_prompts
         except Exception as e:
             return Check("eval", False, _env_error(cfg.env_id, cfg.env_kwargs, e))
         if shared:
