@@ -41,11 +41,11 @@ model's ``config.json``, no weights loaded), ``b`` bytes per parameter (``cfg.re
     per token ``num_layers * k * (2*hidden_size + intermediate_size) * b`` bytes for the layers plus
     ``vocab_size * (b + 8)`` bytes for the logits (their float32 copy and log-softmax; only the response tokens,
     ``micro_batch * max_new_tokens``, since log-probs are computed from the first response position on). ``k``
-    (~7.3) is calibrated so that SmolLM2-135M in float32 without gradient checkpointing comes to 2.8 MiB per token
-    with every token's logits counted (measured: a float32 AdamW step on 4x142 tokens peaked at 3.6 GiB RSS, on
-    16x331 tokens at 16.9 GiB). With gradient checkpointing the layers keep only ``~4 * hidden_size * b`` bytes
-    per token and layer (the checkpointed hidden states and their gradients) plus one layer's full activations
-    during its recomputation;
+    (~4.6) is calibrated so that SmolLM2-135M in float32 without gradient checkpointing comes to 1.41 MiB per token
+    for the layers (measured: one 1152-token sequence, 1024 prompt + 128 response tokens, raised a rank's peak by
+    1.66 GiB in a float32 AdamW step, of which 0.07 GiB were the response positions' logits). With gradient
+    checkpointing the layers keep only ``~4 * hidden_size * b`` bytes per token and layer (the checkpointed hidden
+    states and their gradients) plus one layer's full activations during its recomputation;
   - activations peak for one role at a time when the updates run one role after the other (``parallel_updates``
     False, the default on CPU), for every role at once otherwise;
   - during a weight sync (after the updates; one role at a time when the updates run one after the other, every
@@ -109,9 +109,10 @@ DRIVER_GIB = 1.5
 """The Ray driver (this process) and its object store (capped at 1.5 GiB by the trainer)."""
 LOCAL_RUNTIME_GIB = 1.0
 """The local trainer's process beyond its models and activations."""
-ACTIVATION_MIB_PER_TOKEN_135M = 2.8
-"""SmolLM2-135M, float32, no gradient checkpointing: peak memory per trained token (measured: 3.6 GiB at 4x142
-tokens, 16.9 GiB at 16x331 tokens, a float32 AdamW step)."""
+ACTIVATION_LAYER_MIB_PER_TOKEN_135M = 1.41
+"""SmolLM2-135M, float32, no gradient checkpointing: the layers' peak activation memory per trained token
+(measured: a 1152-token sequence raised a rank's peak by 1.66 GiB in a float32 AdamW step, 0.07 GiB of it the
+logits of its 129 response positions; with gradient checkpointing 0.58 GiB)."""
 
 # The shapes of the models the presets name, for an estimate when the model is not (yet) on disk; a config.json on
 # disk always takes precedence. SmolLM2 and tiny-random as the package and models.tiny_model_dir build them; the
@@ -404,8 +405,7 @@ def memory_budget(target: str = "host") -> tuple[float | None, str]:
 def _layer_coefficient() -> float:
     """``k`` of the per-layer activation term, from the SmolLM2-135M measurement (see the module docstring)."""
     s = KNOWN_CONFIGS["smollm2-135m"]
-    logits = s["vocab_size"] * (4 + 8)
-    layers = ACTIVATION_MIB_PER_TOKEN_135M * MiB - logits
+    layers = ACTIVATION_LAYER_MIB_PER_TOKEN_135M * MiB
     return layers / (s["num_hidden_layers"] * (2 * s["hidden_size"] + s["intermediate_size"]) * 4)
 
 

@@ -67,6 +67,13 @@ class TrainConfig:
     this size, one step each, against the log-probs of the policy that generated them. None: one step per
     iteration."""
 
+    rollout_logprobs: bool = True
+    """Distributed trainer: take the policy's log-probs of the sampled tokens from the vLLM engine that sampled
+    them (at the sampling temperature) instead of recomputing them in a forward pass, where a role takes one
+    optimiser step on its samples (``train_batch`` None); the step's ratio then uses its own forward pass,
+    detached. The engine's and the trainer's numerics differ slightly: their mean absolute gap per token is
+    logged per role as ``rollout_logp_gap``. False: the trainer's own pass (as before)."""
+
     # --- generation
     max_prompt_tokens: int = 1024
     max_new_tokens: int = 128

@@ -43,6 +43,48 @@ def micro_batches(n: int, size: int, count: int) -> list[slice]:
     return [slice(min(i * size, n), min((i + 1) * size, n)) for i in range(count)]
 
 
+# ----------------------------------------------------------------------------------------------- weight transfer
+
+
+def pack_weights(state: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """A state dict as numpy arrays (with each tensor's dtype name), for Ray's object store: Ray writes numpy
+    arrays into shared memory out of band, once, and a reader on the same node maps them without a copy, where a
+    pickled torch tensor is copied in and out of the pickle. bfloat16, which numpy lacks, travels as int16 bits.
+    The arrays are views of the tensors where those are contiguous CPU tensors: pack right before handing over."""
+    import torch
+
+    out: dict[str, tuple[Any, str]] = {}
+    for name, t in state.items():
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.contiguous()
+        dtype = str(t.dtype).removeprefix("torch.")
+        out[name] = ((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy(), dtype)
+    return out
+
+
+def unpack_weights(weights: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(name, tensor)`` pairs from :func:`pack_weights`' arrays (no copy: the tensors share the arrays' memory,
+    which may be read-only shared memory; the reader copies them into its own parameters) or from tensors."""
+    import warnings
+
+    import torch
+
+    pairs = []
+    for name, value in weights.items():
+        if isinstance(value, tuple):
+            array, dtype = value
+            with warnings.catch_warnings():  # a read-only array: the tensor is only read from
+                warnings.simplefilter("ignore", UserWarning)
+                t = torch.from_numpy(array)
+            if dtype == "bfloat16":
+                t = t.view(torch.bfloat16)
+            value = t
+        pairs.append((name, value))
+    return pairs
+
+
 # ----------------------------------------------------------------------------------------------- vLLM engine
 
 
@@ -60,7 +102,11 @@ class VLLMEngine:
         max_model_len: int = 2048,
         kv_cache_gb: float = 1.0,
         gpu_memory_utilization: float = 0.25,
+        name: str = "engine",
     ):
+        from .console import redirect_actor_output
+
+        redirect_actor_output(os.environ.get("MAPPA_ACTOR_LOG_DIR"), name)  # `name` names the log file
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the actor is the process; no engine-core child
         if device == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gb))))
@@ -76,6 +122,9 @@ class VLLMEngine:
             max_model_len=max_model_len,
             enforce_eager=device == "cpu",
             enable_prefix_caching=True,  # every turn of an episode re-sends the team's context
+            # the sampled tokens' log-probs after temperature (what the trainer's policy pass would compute, and
+            # what the KL penalty needs), not vLLM's default of the raw logits' log-probs
+            logprobs_mode="processed_logprobs",
             **kwargs,
         )
         self.max_model_len = max_model_len
@@ -85,20 +134,43 @@ class VLLMEngine:
         return True
 
     def generate(
-        self, prompts: list[list[int]], *, max_tokens: int, temperature: float, top_p: float = 1.0
-    ) -> list[tuple[str, list[int], str]]:
-        """Replies ``(text, sampled token ids, finish reason)`` for token-id prompts, in order. The ids include the
-        end-of-sequence token when generation stopped on it; the reason is ``"stop"`` or ``"length"``."""
+        self,
+        prompts: list[list[int]],
+        *,
+        max_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        logprobs: bool = True,
+    ) -> list[tuple[str, list[int], str, list[float] | None]]:
+        """Replies ``(text, sampled token ids, finish reason, log-probs)`` for token-id prompts, in order. The ids
+        include the end-of-sequence token when generation stopped on it; the reason is ``"stop"`` or ``"length"``;
+        the log-probs (``logprobs=True``) are each sampled token's under the engine's weights at ``temperature``
+        (after top-p), else None."""
         from vllm import SamplingParams
 
-        params = SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        params = SamplingParams(
+            temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0 if logprobs else None
+        )
         outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        return [(o.outputs[0].text, list(o.outputs[0].token_ids), o.outputs[0].finish_reason or "length") for o in outs]
+        replies = []
+        for o in outs:
+            c = o.outputs[0]
+            ids = list(c.token_ids)
+            lps = None
+            if logprobs:
+                if c.logprobs is None or len(c.logprobs) != len(ids):
+                    raise RuntimeError(
+                        f"vLLM returned {0 if c.logprobs is None else len(c.logprobs)} log-probs for {len(ids)} tokens"
+                    )
+                lps = [float(step[tok].logprob) for step, tok in zip(c.logprobs, ids, strict=True)]
+            replies.append((c.text, ids, c.finish_reason or "length", lps))
+        return replies
 
     def load_weights(self, weights: dict[str, Any]) -> float:
-        """Replace the model's weights (full, unsharded tensors by Hugging Face name); returns seconds taken."""
+        """Replace the model's weights (full, unsharded tensors by Hugging Face name, or :func:`pack_weights`'
+        arrays); returns seconds taken."""
         t0 = time.perf_counter()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(weights.items())})
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": unpack_weights(weights)})
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         self.weight_version += 1
         return time.perf_counter() - t0
@@ -152,9 +224,9 @@ class VLLMPolicy:
         ref = generate.remote(prompts, **kwargs)
         return lambda: self._texts(ray.get(ref))
 
-    def _texts(self, replies: list[tuple[str, list[int], str]]) -> list[Generation]:
-        self.generated_tokens += sum(len(ids) for _, ids, _ in replies)
-        return [Generation(text, ids, reason) for text, ids, reason in replies]
+    def _texts(self, replies: list[tuple[str, list[int], str, list[float] | None]]) -> list[Generation]:
+        self.generated_tokens += sum(len(r[1]) for r in replies)
+        return [Generation(*r) for r in replies]
 
     def generate(self, batch) -> list[Generation]:
         return self.submit(batch)()
@@ -199,6 +271,9 @@ class RoleWorker:
     the optimiser state shard. Every method is collective: the driver calls it on all ranks of the role."""
 
     def __init__(self, role: str, rank: int, world_size: int, master_port: int, model_path: str, cfg: TrainConfig):
+        from .console import redirect_actor_output
+
+        redirect_actor_output(os.environ.get("MAPPA_ACTOR_LOG_DIR"), f"trainer-{role}-rank{rank}")
         import torch
 
         self.role, self.rank, self.world_size, self.cfg = role, rank, world_size, cfg
@@ -253,35 +328,62 @@ class RoleWorker:
         b.response_mask = b.response_mask.to(self.device)
         return b
 
-    def logprobs(self, samples: list[Sample], n_micro: int) -> list[tuple[Any, Any]]:
-        """Per sample: (log-probs of its response tokens under the current policy, under the reference)."""
+    def _length_order(self, samples: Sequence[Sample]) -> list[int]:
+        """Sample indices longest first: consecutive micro-batches then hold samples of similar lengths, so right
+        padding wastes little (the loss is a sum over samples: their order changes nothing else)."""
+        lengths = [
+            min(len(prompt_ids(self.tokenizer, s.messages)), self.cfg.max_prompt_tokens) + len(s.response_ids or ())
+            for s in samples
+        ]
+        return sorted(range(len(samples)), key=lambda i: (-lengths[i], i))
+
+    def logprobs(
+        self, samples: list[Sample], n_micro: int, *, policy: bool = True, ref: bool = True
+    ) -> list[tuple[Any, Any]]:
+        """Per sample, in order: (log-probs of its response tokens under the current policy, under the frozen
+        reference); a pass not asked for (``policy``/``ref`` False) gives None in its place. Before the first
+        update the policy *is* the reference: both come from one pass."""
         torch = self._torch
-        out: list[tuple[Any, Any]] = []
+        out: list[tuple[Any, Any]] = [(None, None)] * len(samples)
         self.engine.eval()
-        # before the first update the policy *is* the reference: one forward pass instead of two
         same = self.engine.global_steps == 0
+        order = self._length_order(samples)
         with torch.no_grad():
             for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
-                b = self._to_device(self._batch(samples[sl]))
-                logp = token_logprobs(self.engine, b, self.cfg.temperature).float().cpu()
-                ref = logp if same else token_logprobs(self.ref, b, self.cfg.temperature).float().cpu()
+                idx = order[sl]
+                b = self._to_device(self._batch([samples[i] for i in idx]))
+                logp = ref_lp = None
+                if policy or (ref and same):
+                    logp = token_logprobs(self.engine, b, self.cfg.temperature).float().cpu()
+                if ref:
+                    ref_lp = logp if same else token_logprobs(self.ref, b, self.cfg.temperature).float().cpu()
                 mask = b.response_mask.bool().cpu()
-                for i in range(len(samples[sl])):
-                    out.append((logp[i][mask[i]], ref[i][mask[i]]))
+                for k, i in enumerate(idx):
+                    out[i] = (
+                        logp[k][mask[k]] if policy else None,
+                        ref_lp[k][mask[k]] if ref else None,
+                    )
         return out
 
     def train_step(
         self,
         samples: list[Sample],
         advantages: list[Any],
-        old_logp: list[Any],
+        old_logp: list[Any] | None,
         total_tokens: int,
         n_micro: int,
         lr: float,
+        behaviour_logp: list[Any] | None = None,
     ) -> dict[str, float]:
         """One optimiser step over this rank's samples at learning rate ``lr``; the loss is the PPO clipped surrogate
         summed over tokens and divided by the role's token count over all ranks (times the world size: ZeRO averages
-        gradients)."""
+        gradients).
+
+        ``old_logp`` None: this step is the only one on these samples and the policy is still the one that sampled
+        them, so the old log-probs are this forward pass's own, detached (the ratio is exactly 1, as TRL's GRPO
+        with one iteration per generation); no separate pass computed them. ``behaviour_logp`` (the engine's
+        log-probs of the sampled tokens) is only compared with this pass's: their mean absolute gap is returned
+        as ``rollout_logp_gap`` (engine vs trainer numerics)."""
         from .local_trainer import ppo_clip_loss
 
         torch = self._torch
@@ -290,26 +392,35 @@ class RoleWorker:
             group["lr"] = lr
         self.engine.train()
         stats = {"loss": 0.0, "clip_frac": 0.0}
+        gap, gap_n = 0.0, 0
         scale = self.world_size / max(total_tokens, 1)
         tokens = 0
+        order = self._length_order(samples)
         for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
-            b = self._to_device(self._batch(samples[sl]))
+            idx = order[sl]
+            b = self._to_device(self._batch([samples[i] for i in idx]))
             logp = token_logprobs(self.engine, b, self.cfg.temperature)
-            if not samples[sl]:
+            if not idx:
                 self.engine.backward(logp.sum() * 0.0, scale_wrt_gas=False)
                 continue
             adv = torch.zeros_like(logp)
-            old = torch.zeros_like(logp)
             mask = b.response_mask.bool()
-            for i, j in enumerate(range(sl.start, sl.stop)):
-                adv[i][mask[i]] = advantages[j].to(adv)
-                old[i][mask[i]] = old_logp[j].to(old)
+            old = logp.detach().clone() if old_logp is None else torch.zeros_like(logp)
+            for k, j in enumerate(idx):
+                adv[k][mask[k]] = advantages[j].to(adv)
+                if old_logp is not None:
+                    old[k][mask[k]] = old_logp[j].to(old)
+                if behaviour_logp is not None and behaviour_logp[j] is not None:
+                    d = (logp.detach()[k][mask[k]] - behaviour_logp[j].to(logp)).abs()
+                    gap += float(d.sum())
+                    gap_n += d.numel()
             n = float(b.response_mask.sum())
             loss, info = ppo_clip_loss(logp, old, adv, b.response_mask, self.cfg.clip_eps)
             self.engine.backward(loss * n * scale, scale_wrt_gas=False)
             stats["loss"] += float(loss.detach()) * n / max(total_tokens, 1)
             stats["clip_frac"] += info["clip_frac"] * n / max(total_tokens, 1)
             tokens += int(n)
+        t_backward = time.perf_counter()
         norm = None
         if self.cfg.zero_stage < 3:  # DeepSpeed reports it for ZeRO-3 (or fp16/bf16 optimisers) only
             grads = [p.grad.detach().float().norm() for p in self.engine.module.parameters() if p.grad is not None]
@@ -319,13 +430,18 @@ class RoleWorker:
         self.engine.step()
         if norm is None:
             norm = self.engine.get_global_grad_norm()
+        end = time.perf_counter()
         stats.update(
             lr=float(self.engine.get_lr()[0]),
             grad_norm=float(norm) if norm is not None else float("nan"),
             rank_tokens=tokens,
             rank_samples=len(samples),
-            seconds=time.perf_counter() - t0,
+            seconds=end - t0,
+            forward_backward_s=t_backward - t0,
+            optimizer_s=end - t_backward,
         )
+        if gap_n:
+            stats["rollout_logp_gap"] = gap / gap_n
         return stats
 
     # --- weights and checkpoints
@@ -343,6 +459,20 @@ class RoleWorker:
         if self.tied and "lm_head.weight" not in out:  # vLLM reloads the head by name, tied or not
             out["lm_head.weight"] = out["model.embed_tokens.weight"]
         return out
+
+    def engine_weights(self) -> dict[str, tuple[Any, str]] | None:
+        """:meth:`full_state` packed for the role's engine (:func:`pack_weights`); None on ranks other than 0.
+        Without ZeRO-3 the arrays are views of the live parameters, not copies: Ray serialises the return value
+        into its object store before this actor runs anything else."""
+        if self.cfg.zero_stage == 3:
+            state = self.full_state()
+            return None if state is None else pack_weights(state)
+        if self.rank != 0:
+            return None
+        state = {name: p.data for name, p in self.engine.module.named_parameters()}
+        if self.tied and "lm_head.weight" not in state:
+            state["lm_head.weight"] = state["model.embed_tokens.weight"]
+        return pack_weights(state)
 
     def save(self, path: str) -> None:
         self.engine.save_checkpoint(path, tag=self.role, save_latest=False)

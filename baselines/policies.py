@@ -22,19 +22,27 @@ Conversation = Sequence[Message]
 class Generation(str):
     """A reply: the text, plus the ``token_ids`` the policy sampled (with the end-of-sequence token when it stopped
     on one) and the ``finish_reason``: ``"stop"`` (it sampled EOS or a stop string) or ``"length"`` (cut at
-    ``max_new_tokens``). A ``str``, so every consumer of text takes it as it is."""
+    ``max_new_tokens``). A ``str``, so every consumer of text takes it as it is. ``logprobs``: the log-probability
+    of each sampled token under the generating policy at the sampling temperature, when the engine gives them
+    (the vLLM engine does; None otherwise)."""
 
     token_ids: tuple[int, ...]
     finish_reason: str
+    logprobs: tuple[float, ...] | None
 
-    def __new__(cls, text: str, token_ids: Sequence[int], finish_reason: str) -> Generation:
+    def __new__(
+        cls, text: str, token_ids: Sequence[int], finish_reason: str, logprobs: Sequence[float] | None = None
+    ) -> Generation:
         self = super().__new__(cls, text)
         self.token_ids = tuple(int(t) for t in token_ids)
         self.finish_reason = finish_reason
+        if logprobs is not None and len(logprobs) != len(self.token_ids):
+            raise ValueError(f"{len(logprobs)} log-probs for {len(self.token_ids)} sampled tokens")
+        self.logprobs = None if logprobs is None else tuple(float(x) for x in logprobs)
         return self
 
     def __reduce__(self):  # pickles (Ray) as a Generation, not as a plain str
-        return (Generation, (str(self), self.token_ids, self.finish_reason))
+        return (Generation, (str(self), self.token_ids, self.finish_reason, self.logprobs))
 
 
 @runtime_checkable

@@ -81,9 +81,13 @@ class RayTrainer(TrainerBase):
             # Ray pins OMP_NUM_THREADS=1 in actors that reserve no CPU, which halves every phase on a 2-core
             # machine; the phases (generation, log-probs, updates) mostly run one process at a time: all cores
             env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+        # `mappa train` (not --verbose) sends the actors' output to files in the run folder instead of the console
+        log_dir = os.environ.get("MAPPA_ACTOR_LOG_DIR")
+        if log_dir:
+            env["MAPPA_ACTOR_LOG_DIR"] = log_dir
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if not ray.is_initialized():
-            init: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": True}
+            init: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": not log_dir}
             if "RAY_ADDRESS" not in os.environ:  # a local cluster of our own, capped
                 # the store carries each role's full weights to its engine at every sync: room for one 135M-parameter
                 # fp32 model (0.54 GB) plus slack; larger models spill to disk (slower syncs) unless given more
@@ -114,6 +118,7 @@ class RayTrainer(TrainerBase):
                 max_model_len=max_len,
                 kv_cache_gb=cfg.engine_kv_cache_gb,
                 gpu_memory_utilization=cfg.gpu_memory_utilization,
+                name=f"engine-{role}",
             )
             if self.device == "cuda":  # vLLM profiles free memory at start-up: one engine at a time, no trainer yet
                 ray.get(self.engines[role].ready.remote())
@@ -130,6 +135,7 @@ class RayTrainer(TrainerBase):
         self._policies = {role: self._policy(self.engines[role], cfg.temperature) for role in self.roles}
         self.sync_seconds: list[float] = []
         self._stale: set[str] = set()  # roles whose engine lags its trainer (the engines start from the same weights)
+        self._stepped: set[str] = set()  # roles whose trainer has taken a step (their policy is not the reference)
         self._parallel_updates = cfg.parallel_updates if cfg.parallel_updates is not None else self.device == "cuda"
 
     def _policy(self, engine, temperature: float) -> VLLMPolicy:
@@ -167,23 +173,53 @@ class RayTrainer(TrainerBase):
             n_micro = max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards))
             plan[role] = (shards, n_micro, costs)
         parallel = self._parallel_updates
+        # which passes each role needs before its advantages: the policy's log-probs are the engine's (given at
+        # sampling, at the sampling temperature) when the role takes one optimiser step on these samples, which is
+        # then also on-policy (its ratio's old log-probs are the step's own forward pass, detached); the
+        # reference's are the policy's own while the role has not stepped yet (the policy *is* the reference)
+        passes: dict[str, tuple[bool, bool]] = {}
+        engine_lp: dict[str, list[Any]] = {}
+        for role, samples in by_role.items():
+            given = [self._engine_logprobs(s) for s in samples]
+            one_step = len(_mini_batches(len(samples), cfg.train_batch, cfg.seed)) == 1
+            use_engine = cfg.rollout_logprobs and one_step and all(g is not None for g in given)
+            if use_engine:
+                engine_lp[role] = given
+            stepped = role in self._stepped
+            passes[role] = (not use_engine, stepped or not use_engine)  # (policy pass, reference pass)
 
         def logprobs(role: str) -> list[Any]:
+            policy, ref = passes[role]
+            if not (policy or ref):
+                return []
             return [
-                w.logprobs.remote([by_role[role][i] for i in shard], plan[role][1])
+                w.logprobs.remote([by_role[role][i] for i in shard], plan[role][1], policy=policy, ref=ref)
                 for w, shard in zip(self.workers[role], plan[role][0], strict=True)
             ]
 
         # 1. log-probs under policy and reference: every role at once, or (CPU) one role after the other
         lp_refs = {role: logprobs(role) for role in by_role} if parallel else {}
         inputs: dict[str, RoleBatch] = {}
+        timing: dict[str, dict[str, float]] = {}
         for role, samples in by_role.items():
-            logp: list[Any] = [None] * len(samples)
+            t0 = time.perf_counter()
+            logp: list[Any] = list(engine_lp.get(role, [None] * len(samples)))
             ref: list[Any] = [None] * len(samples)
-            rows_by_rank = ray.get(lp_refs[role] if parallel else logprobs(role))
-            for shard, rows in zip(plan[role][0], rows_by_rank, strict=True):
-                for i, (lp, rf) in zip(shard, rows, strict=True):
-                    logp[i], ref[i] = lp, rf
+            refs = lp_refs[role] if parallel else logprobs(role)
+            if refs:
+                rows_by_rank = ray.get(refs)
+                for shard, rows in zip(plan[role][0], rows_by_rank, strict=True):
+                    for i, (lp, rf) in zip(shard, rows, strict=True):
+                        if lp is not None:
+                            logp[i] = lp
+                        ref[i] = rf
+            if not passes[role][1]:
+                ref = logp  # not stepped yet: the reference is the policy (KL exactly 0)
+            timing[role] = {
+                "logprob_s": time.perf_counter() - t0,
+                "policy_pass": int(passes[role][0]),
+                "reference_pass": int(passes[role][1]),
+            }
             inputs[role] = RoleBatch(
                 [s.reward for s in samples], [s.outcome for s in samples], [s.group_id for s in samples], logp, ref
             )
@@ -212,19 +248,22 @@ class RayTrainer(TrainerBase):
                 shards_g = [[idx[j] for j in sh] for sh in sub]
                 n_mb = max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards_g))
                 step_tokens = sum(len(logp[i]) for i in idx)
+                on_policy = role in engine_lp  # one step: the step's own forward gives the old log-probs
                 train_refs[role].append(
                     [
                         w.train_step.remote(
                             [samples[i] for i in shard],
                             [adv[i] for i in shard],
-                            [logp[i] for i in shard],
+                            None if on_policy else [logp[i] for i in shard],
                             step_tokens,
                             n_mb,
                             lr,
+                            behaviour_logp=[logp[i] for i in shard] if on_policy else None,
                         )
                         for w, shard in zip(self.workers[role], shards_g, strict=True)
                     ]
                 )
+            self._stepped.add(role)
             pending = [r for step in train_refs[role] for r in step]
             if not parallel and pending:
                 ray.wait(pending, num_returns=len(pending))  # its peak memory passes before the next role starts
@@ -232,9 +271,17 @@ class RayTrainer(TrainerBase):
         out: dict[str, dict[str, float]] = {r: {"skipped": 1, "samples": 0, "tokens": 0} for r in roles_given}
         for role, refs in train_refs.items():
             if not refs:
-                out[role] = {"skipped": 1, "loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, **meta[role]}
+                out[role] = {
+                    "skipped": 1,
+                    "loss": 0.0,
+                    "clip_frac": 0.0,
+                    "grad_norm": 0.0,
+                    **meta[role],
+                    **timing[role],
+                }
                 continue
             steps = [ray.get(step) for step in refs]  # per step, per rank
+            gaps = [r["rollout_logp_gap"] for ranks in steps for r in ranks if "rollout_logp_gap" in r]
             self._stale.add(role)
             secs = sum(max(r["seconds"] for r in ranks) for ranks in steps)
             n = meta[role]["tokens"]
@@ -252,10 +299,24 @@ class RayTrainer(TrainerBase):
                 "rank_tokens_max": max(sum(ranks[k]["rank_tokens"] for ranks in steps) for k in range(W)),
                 "rank_tokens_min": min(sum(ranks[k]["rank_tokens"] for ranks in steps) for k in range(W)),
                 "train_tok_s": n / secs if secs else 0.0,
+                "train_step_s": secs,
+                "forward_backward_s": sum(max(r["forward_backward_s"] for r in ranks) for ranks in steps),
+                "optimizer_s": sum(max(r["optimizer_s"] for r in ranks) for ranks in steps),
+                **({"rollout_logp_gap": sum(gaps) / len(gaps)} if gaps else {}),
                 "skipped": 0,
                 **meta[role],
+                **timing[role],
             }
         return out
+
+    def _engine_logprobs(self, s: Sample) -> torch.Tensor | None:
+        """The engine's log-probs of a sample's response tokens, when they cover exactly the tokens trained on."""
+        lp = s.response_logprobs
+        if lp is None or s.response_ids is None or len(lp) != len(s.response_ids):
+            return None
+        if len(lp) > self.cfg.max_new_tokens + 1:  # tokenize_samples keeps at most max_new_tokens + 1
+            return None
+        return torch.tensor(lp, dtype=torch.float32)
 
     # ------------------------------------------------------------------ weights
     def sync(self) -> float:
@@ -267,7 +328,7 @@ class RayTrainer(TrainerBase):
         t0 = time.perf_counter()
         loads = []
         for role in sorted(self._stale):
-            states = [w.full_state.remote() for w in self.workers[role]]
+            states = [w.engine_weights.remote() for w in self.workers[role]]
             refs = [self.engines[role].load_weights.remote(states[0]), *states[1:]]  # rank 0's ref: no driver copy
             if self._parallel_updates:
                 loads.extend(refs)
@@ -288,6 +349,7 @@ class RayTrainer(TrainerBase):
 
     def load_state(self, path: Path) -> None:
         self._ray.get([w.load.remote(str(path)) for ws in self.workers.values() for w in ws])
+        self._stepped.update(self.roles)  # a checkpoint may hold steps: the reference pass is needed again
         self._stale.update(self.roles)
 
     def close(self) -> None:

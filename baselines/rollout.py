@@ -4,8 +4,9 @@ Each slot holds one env. At every round the slots are grouped by the policy of t
 conversations go to that policy in one ``generate`` call, and each reply is stepped into its env. Finished
 episodes are collected and the slot starts the next episode until ``n_episodes`` are done.
 
-When a policy returns :class:`baselines.policies.Generation` replies, the token ids it sampled and its finish
-reason are kept in the action's ``info["generation"]`` (what training trains on).
+When a policy returns :class:`baselines.policies.Generation` replies, the token ids it sampled, its finish
+reason and (when the engine gives them) the sampled tokens' log-probabilities are kept in the action's
+``info["generation"]`` (what training trains on).
 """
 
 from __future__ import annotations
@@ -94,10 +95,10 @@ def run_episodes(
                     before = len(actions)
                     env.step(reply)
                     if isinstance(reply, Generation) and len(actions) > before:
-                        actions[-1].info["generation"] = {
-                            "token_ids": list(reply.token_ids),
-                            "finish_reason": reply.finish_reason,
-                        }
+                        gen = {"token_ids": list(reply.token_ids), "finish_reason": reply.finish_reason}
+                        if reply.logprobs is not None:
+                            gen["logprobs"] = list(reply.logprobs)
+                        actions[-1].info["generation"] = gen
                     if env.terminations[env.agent_selection] or env.truncations[env.agent_selection]:
                         finished.append(slot)
             # Episodes that ended this round are closed only now: a wrapper that scores asynchronously (the

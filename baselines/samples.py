@@ -47,6 +47,10 @@ class Sample:
     """Generation did not stop on its own (cut at ``max_new_tokens``, or aborted): no EOS was sampled."""
     coach: dict[str, Any] | None = None
     """The coach's evaluation of the action (``CoachEvaluation.to_dict()``), when there was a coach."""
+    response_logprobs: list[float] | None = None
+    """Log-probability of each of ``response_ids`` under the policy that sampled it, at the sampling temperature,
+    as the engine computed it (None: not given). The distributed trainer uses them instead of a policy forward
+    pass where that pass would only recompute them (:meth:`baselines.ray_trainer.RayTrainer.update`)."""
 
     @property
     def retokenized(self) -> bool:
@@ -95,6 +99,7 @@ def samples_from_episodes(records: Iterable[EpisodeRecord]) -> dict[str, list[Sa
                     response_ids=list(gen["token_ids"]) if "token_ids" in gen else None,
                     truncated="finish_reason" in gen and gen["finish_reason"] != "stop",
                     coach=act.info.get("coach"),
+                    response_logprobs=list(gen["logprobs"]) if "logprobs" in gen and "token_ids" in gen else None,
                 )
             )
     return dict(by_role)

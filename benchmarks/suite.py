@@ -162,7 +162,7 @@ def bench_generation(new_tokens: int) -> dict[str, Any]:
     t = time.perf_counter()
     replies = engine.generate(ids, max_tokens=new_tokens, temperature=0.0)
     vllm_s = time.perf_counter() - t
-    vllm_tokens = sum(len(ids) for _, ids, _ in replies)
+    vllm_tokens = sum(len(r[1]) for r in replies)
     return {
         "figure": f"generation, SmolLM2-135M, {len(ids)} prompts x {new_tokens} tokens: vLLM engine (tok/s)",
         "value": vllm_tokens / vllm_s,

@@ -281,11 +281,41 @@ def _train_config(args: argparse.Namespace):
 
 def cmd_train(args: argparse.Namespace) -> int:
     import dataclasses
+    import os
 
     cfg = _train_config(args)
-    print(json.dumps(dataclasses.asdict(cfg)), flush=True)
     if args.dry_run:
+        print(json.dumps(dataclasses.asdict(cfg)), flush=True)  # machine-readable, first line
         return _dry_run(cfg, args.preset)
+    from baselines.console import setup_run_logging
+
+    out = Path(cfg.out_dir)
+    print(f"configuration (preset {args.preset}):")
+    print(_config_table(cfg))
+    print(f"(saved to {out / 'config.json'} when training starts)")
+    log_dir = setup_run_logging(out, args.verbose)
+    if args.verbose:
+        print(f"library logs: on this console (--verbose), and the driver's in {log_dir / 'driver.log'}", flush=True)
+    else:
+        print(f"library logs (Ray, vLLM, DeepSpeed, transformers): {log_dir}/ (--verbose shows them here)", flush=True)
+    # the Ray trainer's actors write their output to files there (baselines.console.redirect_actor_output)
+    previous = os.environ.pop("MAPPA_ACTOR_LOG_DIR", None)
+    if not args.verbose:
+        os.environ["MAPPA_ACTOR_LOG_DIR"] = str(log_dir.resolve())
+    try:
+        return _train(cfg, out, log_dir)
+    except Exception:
+        if not args.verbose:
+            print(f"mappa train: failed; the libraries' logs are in {log_dir}/", file=sys.stderr, flush=True)
+        raise
+    finally:
+        os.environ.pop("MAPPA_ACTOR_LOG_DIR", None)
+        if previous is not None:
+            os.environ["MAPPA_ACTOR_LOG_DIR"] = previous
+
+
+def _train(cfg, out: Path, log_dir: Path) -> int:
+    """``mappa train`` after the configuration is shown and the logs are set up: build, evaluate, train, evaluate."""
     t0 = time.monotonic()
     try:
         trainer = _trainer(cfg)
@@ -295,7 +325,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"mappa train: {e}", file=sys.stderr)
         return 1
     print(f"[{cfg.trainer} trainer ready in {time.monotonic() - t0:.0f}s]", flush=True)
-    out = Path(cfg.out_dir)
     eval_path = out / "eval.json"
     evals = json.loads(eval_path.read_text()) if cfg.resume and eval_path.exists() else {}
 
@@ -348,7 +377,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 )
     finally:
         trainer.close()
-    print(f"done in {time.monotonic() - t0:.0f}s; logs in {cfg.out_dir}")
+    print(f"done in {time.monotonic() - t0:.0f}s; outputs in {cfg.out_dir} (library logs in {log_dir})")
     return 0
 
 
@@ -410,6 +439,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             if value is not None:
                 argv += [flag, str(value)]
         argv += ["--no-progress", *(["--no-resume"] if args.no_resume else [])]
+        argv += ["--verbose"] if args.verbose else []
         arms.append((name, argv))
     # every arm's configuration is checked before the first one starts (the GRPO arm of a preset with one sample
     # per prompt would otherwise fail after two full runs)
@@ -501,6 +531,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--no-resume", action="store_true", help="start afresh even if --out holds a checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the libraries' logs (Ray, vLLM, DeepSpeed, transformers) on the console too; by default they go "
+        "only to <out>/logs/",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("report", help="reports over trajectories")
@@ -525,6 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts-per-iteration", type=int, default=None, help="for every arm")
     p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
     p.add_argument("--no-resume", action="store_true")
+    p.add_argument("--verbose", action="store_true", help="passed to every arm's `mappa train`")
     p.set_defaults(func=cmd_ablate)
 
     sub.add_parser("bench", help="the performance suite: every figure against a reference (mappa bench -h)")

@@ -116,14 +116,16 @@ def test_smollm2_parameter_count_matches_torch():
     assert count_parameters(KNOWN_CONFIGS["tiny-random"]) == 3_227_968
 
 
-def test_smoke_with_smollm2_does_not_fit_24_gib_and_the_suggestion_does(capsys):
-    """The smoke preset's ZeRO-3, micro-batch 4 x (768 + 32) tokens, no checkpointing on SmolLM2-135M: ~31.7 GiB,
+def test_smoke_with_smollm2_does_not_fit_24_gib_and_the_suggestion_does(capsys, monkeypatch):
+    """The smoke preset's ZeRO-3, micro-batch 4 x (768 + 32) tokens, no checkpointing on SmolLM2-135M: ~29.1 GiB,
     over 24 GiB; ZeRO stage 0 plus gradient checkpointing brings it to ~19.8 GiB (measured: that run peaked at 20.6
-    GiB of the machine's memory in use, ~0.8 GiB of it other processes)."""
+    GiB of the machine's memory in use, ~0.8 GiB of it other processes). The budget is this machine's: 24 GB less
+    what Ray's memory monitor keeps free (stage 0 alone, ~23.1 GiB, would not fit)."""
+    monkeypatch.setenv("MAPPA_MEMORY_BUDGET_GB", "21.5")
     cfg = preset("smoke", model="smollm2-135m", device="cpu")
     mem = by_name(check_config(cfg))["memory"]
     est = mem.data
-    assert not mem.ok and est.budget == 24 and est.total == pytest.approx(31.7, abs=0.1)
+    assert not mem.ok and est.budget == 21.5 and est.total == pytest.approx(29.1, abs=0.1)
     assert est.suggestion == {"zero_stage": 0, "gradient_checkpointing": True}
     fixed = estimate_memory(dataclasses.replace(cfg, **est.suggestion), model_shape(cfg.model), 3)
     assert fixed.total <= 24 and fixed.total == pytest.approx(est.suggested_total)
@@ -150,7 +152,7 @@ def test_demo_fits_24_gib_and_a_tiny_budget_has_no_fix(monkeypatch):
     cfg = preset("demo", device="cpu")
     est = by_name(check_config(cfg))["memory"].data
     # the weight sync runs one role at a time on CPU: one role's transient copies (1.2 GiB) count, not three
-    assert est.fits and est.total == pytest.approx(19.8, abs=0.1)
+    assert est.fits and est.total == pytest.approx(20.3, abs=0.1)
     monkeypatch.setenv("MAPPA_MEMORY_BUDGET_GB", "4")
     mem = by_name(check_config(cfg))["memory"]
     assert not mem.ok and mem.data.suggestion is None and "a smaller model" in mem.detail

