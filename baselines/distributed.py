@@ -175,6 +175,10 @@ class VLLMEngine:
         self.weight_version += 1
         return time.perf_counter() - t0
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget the cached KV blocks (a benchmark's cold start; a weight load does it too)."""
+        return bool(self.llm.reset_prefix_cache())
+
     def prompt_logprobs(self, prompt: list[int]) -> list[float]:
         """Log-probability of each token of ``prompt`` after the first under the engine's current weights."""
         from vllm import SamplingParams
@@ -187,7 +191,8 @@ class VLLMEngine:
 class VLLMPolicy:
     """A :class:`baselines.policies.Policy` backed by a :class:`VLLMEngine` (a Ray actor, or an instance in this
     process): chat template and prompt truncation here, generation in the engine. ``submit`` lets rollouts keep
-    every role's engine busy at once."""
+    every role's engine busy at once; ``concurrent=False`` makes it wait for its engine instead (engines sharing
+    the same CPU cores: one at a time is faster)."""
 
     def __init__(
         self,
@@ -198,8 +203,10 @@ class VLLMPolicy:
         max_new_tokens: int,
         temperature: float,
         top_p: float = 1.0,
+        concurrent: bool = True,
     ):
         self.engine, self.tokenizer = engine, tokenizer
+        self.concurrent = concurrent
         self.max_prompt_tokens, self.max_new_tokens = max_prompt_tokens, max_new_tokens
         self.temperature, self.top_p = temperature, top_p
         self.generated_tokens = 0
@@ -222,6 +229,9 @@ class VLLMPolicy:
         import ray
 
         ref = generate.remote(prompts, **kwargs)
+        if not self.concurrent:  # this engine finishes before the caller submits to another one
+            replies = ray.get(ref)
+            return lambda: self._texts(replies)
         return lambda: self._texts(ray.get(ref))
 
     def _texts(self, replies: list[tuple[str, list[int], str, list[float] | None]]) -> list[Generation]:
@@ -233,6 +243,20 @@ class VLLMPolicy:
 
 
 # ----------------------------------------------------------------------------------------------- DeepSpeed rank
+
+
+def adamw(params: Any, cfg: TrainConfig) -> Any:
+    """torch's AdamW with the config's rate, betas and weight decay, in its fused implementation where the device
+    has one (the same update in one kernel per parameter group: measured 0.10 s against 0.40 s per step for
+    SmolLM2-135M on CPU)."""
+    import torch
+
+    params = list(params)
+    kwargs = {"lr": cfg.lr, "betas": cfg.betas, "weight_decay": cfg.weight_decay}
+    try:
+        return torch.optim.AdamW(params, fused=True, **kwargs)
+    except (RuntimeError, TypeError, ValueError):  # a device or dtype without the fused kernel
+        return torch.optim.AdamW(params, **kwargs)
 
 
 def deepspeed_config(cfg: TrainConfig, world_size: int, *, train: bool) -> dict[str, Any]:
@@ -302,10 +326,14 @@ class RoleWorker:
         ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval()
         for p in ref.parameters():
             p.requires_grad_(False)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        optimizer = adamw(model.parameters(), cfg)
         self.engine, *_ = deepspeed.initialize(
             model=model, optimizer=optimizer, config=deepspeed_config(cfg, world_size, train=True)
         )
+        if world_size == 1:
+            # one rank has nothing to reduce; DeepSpeed (stage 0) still runs every gradient through an all-reduce
+            # at each step (measured: ~2 s of a 2.9 s optimiser phase for SmolLM2-135M on CPU)
+            self.engine.enable_backward_allreduce = False
         self.ref, *_ = deepspeed.initialize(model=ref, config=deepspeed_config(cfg, world_size, train=False))
         self._torch = torch
 

@@ -104,6 +104,18 @@ def role_metrics(records: list[EpisodeRecord], role: str, samples: list[Sample])
     }
 
 
+def _update_summary(role: str, m: dict[str, Any]) -> str:
+    """``role 41s (ref 9s, fwd+bwd 29s, opt 3s, 180 tok/s)``, or why it took no step."""
+    if m.get("skipped"):
+        why = "no samples" if not m.get("samples") else "all advantages 0"
+        return f"{role} skipped ({why})"
+    parts = [f"ref {m['logprob_s']:.0f}s" if m.get("reference_pass") or m.get("policy_pass") else "no pass"]
+    if "forward_backward_s" in m:
+        parts += [f"fwd+bwd {m['forward_backward_s']:.0f}s", f"opt {m['optimizer_s']:.0f}s"]
+    total = m.get("logprob_s", 0.0) + m.get("train_step_s", 0.0)
+    return f"{role} {total:.0f}s ({', '.join(parts)})"
+
+
 class TrainerBase:
     """The iteration loop; subclasses implement :meth:`policies`, :meth:`update`, :meth:`sync`,
     :meth:`save_state` and :meth:`load_state`."""
@@ -123,6 +135,10 @@ class TrainerBase:
         self._writers: list[Any] = []
         self.iteration = 0
         """The iteration being trained (its learning rate: ``cfg.lr_at(iteration)``)."""
+        self.rollout_timings: dict[str, float] = {}
+        """Where the last rollout's time went (:func:`baselines.rollout.run_episodes`' ``timings``)."""
+        self.on_phase: Any = None
+        """Called with one progress line after each phase of an iteration (rollout, update), or None."""
 
     # ----------------------------------------------------------------- to implement
     def policies(self) -> Mapping[str, Policy]:
@@ -187,6 +203,7 @@ class TrainerBase:
                 concurrency=cfg.concurrency,
                 reset_options=lambda i: {"task_index": int(tasks[i // k])},
                 on_episode=lambda i, rec: (self.store.append(iteration, i, rec), bar and bar.update(1)),
+                timings=self.rollout_timings,
             )
             stored.update(zip(todo, new, strict=True))
         if bar:
@@ -293,6 +310,17 @@ class TrainerBase:
         print(f"[resume] from {path} (iteration {iteration + 1} done)", file=sys.stderr, flush=True)
         return iteration + 1
 
+    def _amend_last_metrics(self, metrics: dict[str, Any]) -> None:
+        """Replace the last line of metrics.jsonl (this iteration's) with ``metrics``, atomically."""
+        path = self.out / "metrics.jsonl"
+        lines = path.read_text().splitlines()
+        if not lines or json.loads(lines[-1])["iteration"] != metrics["iteration"]:
+            return
+        lines[-1] = json.dumps(metrics)
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(ln + "\n" for ln in lines))
+        os.replace(tmp, path)
+
     def _trim_metrics(self, last_done: int) -> None:
         path = self.out / "metrics.jsonl"
         if not path.exists():
@@ -343,6 +371,7 @@ class TrainerBase:
     def train_iteration(self, iteration: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         gen_before = self.generated_tokens()
+        self.rollout_timings: dict[str, float] = {}
         records, reused = self.rollout(iteration)
         gen_time = time.perf_counter() - t0
         generated = self.generated_tokens() - gen_before
@@ -359,9 +388,14 @@ class TrainerBase:
             if cfg.estimator == "grpo":
                 masked[role]["grpo_singletons"] = singleton_groups([s.group_id for s in by_role[role]])
         self.iteration = iteration
+        self._phase(
+            f"rollout {len(records)} episodes in {gen_time:.0f}s ({generated / gen_time if gen_time else 0:.0f} "
+            f"generated tok/s, {reused} re-used)"
+        )
         t1 = time.perf_counter()
         stats = self.update(by_role)
         train_time = time.perf_counter() - t1
+        self._phase(f"update {train_time:.0f}s: " + "; ".join(_update_summary(r, stats.get(r, {})) for r in every))
         sync_time = self.sync()
         key = outcome_key(records)
         metrics: dict[str, Any] = {
@@ -377,16 +411,31 @@ class TrainerBase:
             "rollout_s": gen_time,
             "train_s": train_time,
             "sync_s": sync_time,
+            "iteration_s": time.perf_counter() - t0,
             "gen_tok_s": generated / gen_time if generated else 0.0,
+            # of rollout_s: waiting on generation, stepping the envs (tools, coach hand-off), and the mean batch
+            **{f"rollout_{k}": v for k, v in self.rollout_timings.items() if k in ("generate_s", "env_s")},
+            **(
+                {"rollout_mean_batch": self.rollout_timings["requests"] / self.rollout_timings["rounds"]}
+                if self.rollout_timings.get("rounds")
+                else {}
+            ),
         }
+        sync_by_role = getattr(self, "sync_by_role", {})
         for role, samples in every.items():
             metrics[role] = {
                 **role_metrics(records, role, samples),
                 **coach_counts(samples),
                 **masked[role],
                 **stats.get(role, {}),
+                **({"sync_s": sync_by_role[role]} if role in sync_by_role else {}),
             }
         return metrics
+
+    def _phase(self, text: str) -> None:
+        """One progress line of the running iteration (``on_phase``, set by ``mappa train``)."""
+        if self.on_phase is not None:
+            self.on_phase(f"[iteration {self.iteration + 1}/{self.cfg.iterations}] {text}")
 
     def train(self, on_iteration=None) -> list[dict[str, Any]]:
         """Run (or resume) the configured iterations; ``on_iteration(metrics)`` is called after each."""
@@ -396,11 +445,18 @@ class TrainerBase:
         start = self.resume()
         history = []
         for it in range(start, cfg.iterations):
+            self.iteration = it
             metrics = self.train_iteration(it)
             self.log(metrics)
             last = it == cfg.iterations - 1
             if last or (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0):
+                t = time.perf_counter()
                 self.checkpoint(it)
+                # the line was written before the checkpoint (a crash in between re-runs the iteration and trims
+                # it); its checkpoint time is added to it now
+                metrics["checkpoint_s"] = time.perf_counter() - t
+                metrics["iteration_s"] += metrics["checkpoint_s"]
+                self._amend_last_metrics(metrics)
             history.append(metrics)
             if on_iteration is not None:
                 on_iteration(metrics)

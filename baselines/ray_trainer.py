@@ -59,6 +59,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def ray_init(cfg: TrainConfig) -> None:
+    """Start (or join) Ray with the actors' environment: thread counts, vLLM's CPU KV cache, DeepSpeed's
+    accelerator, and where ``mappa train`` sends the actors' output (``MAPPA_ACTOR_LOG_DIR``). A local cluster of
+    our own gets a capped object store and the machine's CPUs."""
+    import ray
+
+    device = cfg.resolved_device()
+    env = dict(_ACTOR_ENV, DS_ACCELERATOR="cuda" if device == "cuda" else "cpu")
+    if device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.engine_kv_cache_gb)))
+        # Ray pins OMP_NUM_THREADS=1 in actors that reserve no CPU, which halves every phase on a 2-core
+        # machine; the phases (generation, log-probs, updates) mostly run one process at a time: all cores
+        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    # `mappa train` (not --verbose) sends the actors' output to files in the run folder instead of the console
+    log_dir = os.environ.get("MAPPA_ACTOR_LOG_DIR")
+    if log_dir:
+        env["MAPPA_ACTOR_LOG_DIR"] = log_dir
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not ray.is_initialized():
+        init: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": not log_dir}
+        if "RAY_ADDRESS" not in os.environ:  # a local cluster of our own, capped
+            # the store carries each role's full weights to its engine at every sync: room for one 135M-parameter
+            # fp32 model (0.54 GB) plus slack; larger models spill to disk (slower syncs) unless given more
+            store = int(os.environ.get("MAPPA_RAY_OBJECT_STORE_BYTES", 1536 * 1024**2))
+            init.update(include_dashboard=False, object_store_memory=store, num_cpus=os.cpu_count())
+        ray.init(**init)
+
+
 class RayTrainer(TrainerBase):
     def __init__(self, cfg: TrainConfig):
         super().__init__(cfg)
@@ -75,25 +103,7 @@ class RayTrainer(TrainerBase):
         dtype = cfg.resolved_dtype()
         path = resolve_model(cfg.model)  # converts/creates it once, here, before the actors read it
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        env = dict(_ACTOR_ENV, DS_ACCELERATOR="cuda" if self.device == "cuda" else "cpu")
-        if self.device == "cpu":
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.engine_kv_cache_gb)))
-            # Ray pins OMP_NUM_THREADS=1 in actors that reserve no CPU, which halves every phase on a 2-core
-            # machine; the phases (generation, log-probs, updates) mostly run one process at a time: all cores
-            env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(os.cpu_count() or 1))
-        # `mappa train` (not --verbose) sends the actors' output to files in the run folder instead of the console
-        log_dir = os.environ.get("MAPPA_ACTOR_LOG_DIR")
-        if log_dir:
-            env["MAPPA_ACTOR_LOG_DIR"] = log_dir
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        if not ray.is_initialized():
-            init: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": not log_dir}
-            if "RAY_ADDRESS" not in os.environ:  # a local cluster of our own, capped
-                # the store carries each role's full weights to its engine at every sync: room for one 135M-parameter
-                # fp32 model (0.54 GB) plus slack; larger models spill to disk (slower syncs) unless given more
-                store = int(os.environ.get("MAPPA_RAY_OBJECT_STORE_BYTES", 1536 * 1024**2))
-                init.update(include_dashboard=False, object_store_memory=store, num_cpus=os.cpu_count())
-            ray.init(**init)
+        ray_init(cfg)
         self._ray = ray
         n_actors = len(self.roles) * (1 + cfg.world_size)
         if self.device == "cuda":
@@ -134,18 +144,22 @@ class RayTrainer(TrainerBase):
         )
         self._policies = {role: self._policy(self.engines[role], cfg.temperature) for role in self.roles}
         self.sync_seconds: list[float] = []
+        self.sync_by_role: dict[str, float] = {}
+        """Seconds of each role's last weight sync (when roles sync one after the other)."""
         self._stale: set[str] = set()  # roles whose engine lags its trainer (the engines start from the same weights)
         self._stepped: set[str] = set()  # roles whose trainer has taken a step (their policy is not the reference)
         self._parallel_updates = cfg.parallel_updates if cfg.parallel_updates is not None else self.device == "cuda"
 
     def _policy(self, engine, temperature: float) -> VLLMPolicy:
         cfg = self.cfg
+        concurrent = cfg.concurrent_generation
         return VLLMPolicy(
             engine,
             self.tokenizer,
             max_prompt_tokens=cfg.max_prompt_tokens,
             max_new_tokens=cfg.max_new_tokens,
             temperature=temperature,
+            concurrent=self.device == "cuda" if concurrent is None else concurrent,
         )
 
     def policies(self) -> dict[str, VLLMPolicy]:
@@ -327,13 +341,16 @@ class RayTrainer(TrainerBase):
         ray = self._ray
         t0 = time.perf_counter()
         loads = []
+        self.sync_by_role = {}
         for role in sorted(self._stale):
+            t_role = time.perf_counter()
             states = [w.engine_weights.remote() for w in self.workers[role]]
             refs = [self.engines[role].load_weights.remote(states[0]), *states[1:]]  # rank 0's ref: no driver copy
             if self._parallel_updates:
                 loads.extend(refs)
             else:
                 ray.get(refs)
+                self.sync_by_role[role] = time.perf_counter() - t_role
             del states, refs
         ray.get(loads)
         self._stale.clear()

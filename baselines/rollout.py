@@ -11,6 +11,7 @@ reason and (when the engine gives them) the sampled tokens' log-probabilities ar
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -39,6 +40,7 @@ def run_episodes(
     concurrency: int = 8,
     on_episode: Callable[[int, EpisodeRecord], None] | None = None,
     reset_options: Callable[[int], dict[str, Any]] | None = None,
+    timings: dict[str, float] | None = None,
 ) -> list[EpisodeRecord]:
     """Run episodes ``0..episodes-1`` (or the given episode indices) and return their records in that order.
 
@@ -49,7 +51,12 @@ def run_episodes(
 
     A policy with a ``submit(batch)`` method (returning a zero-argument callable that yields the replies) gets
     every role's batch submitted before any is awaited, so engines of different roles generate at the same time.
+
+    ``timings``, when given, is filled with where the time went: ``generate_s`` (submitting and awaiting the
+    policies), ``env_s`` (stepping the envs: tools, the coach's hand-off, closing episodes), ``rounds`` and
+    ``requests`` (so ``requests / rounds`` is the mean batch per round).
     """
+    clock = {"generate_s": 0.0, "env_s": 0.0, "rounds": 0, "requests": 0}
     order = list(range(episodes)) if isinstance(episodes, int) else [int(i) for i in episodes]
     envs = [env_fn() for _ in range(min(concurrency, len(order)))]
     results: dict[int, EpisodeRecord] = {}
@@ -79,6 +86,9 @@ def run_episodes(
                 policy = policy_for(policies, agent, env.unwrapped.role(agent).name)
                 by_id[id(policy)] = policy
                 groups[id(policy)].append(slot)
+            t_gen = time.perf_counter()
+            clock["rounds"] += 1
+            clock["requests"] += len(active)
             pending = {}
             for pid, slots in groups.items():
                 batch = [envs[s].unwrapped.messages(envs[s].agent_selection) for s in slots]
@@ -86,9 +96,13 @@ def run_episodes(
                 submit = getattr(policy, "submit", None)
                 pending[pid] = submit(batch) if submit is not None else (lambda p=policy, b=batch: p.generate(b))
             for pid, slots in groups.items():
+                t = t_gen or time.perf_counter()  # the first group's wait counts the submissions too
                 replies = pending[pid]()
+                clock["generate_s"] += time.perf_counter() - t
+                t_gen = 0.0
                 if len(replies) != len(slots):
                     raise RuntimeError(f"policy returned {len(replies)} replies for {len(slots)} conversations")
+                t_env = time.perf_counter()
                 for slot, reply in zip(slots, replies, strict=True):
                     env = envs[slot]
                     actions = env.unwrapped.record.actions
@@ -101,6 +115,8 @@ def run_episodes(
                         actions[-1].info["generation"] = gen
                     if env.terminations[env.agent_selection] or env.truncations[env.agent_selection]:
                         finished.append(slot)
+                clock["env_s"] += time.perf_counter() - t_env
+            t_env = time.perf_counter()
             # Episodes that ended this round are closed only now: a wrapper that scores asynchronously (the
             # coach) then waits once for all of them instead of once per episode.
             for slot in finished:
@@ -116,7 +132,10 @@ def run_episodes(
                 else:
                     active.discard(slot)
             finished.clear()
+            clock["env_s"] += time.perf_counter() - t_env
     finally:
         for env in envs:
             env.close()
+        if timings is not None:
+            timings.update(clock)
     return [results[i] for i in order]

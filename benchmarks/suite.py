@@ -10,7 +10,12 @@
    SmolLM2-135M), same 8 prompts, 64 new tokens each, greedy: generated tokens per second.
 5. trainer: one generate-and-update step of 8 prompts x 2 samples on the tiny random model, our REINFORCE++ role
    learner (transformers ``generate`` + :class:`baselines.local_trainer.RoleLearner`) against TRL's
-   ``GRPOTrainer`` on the same model, prompts, completion length and batch: prompt + completion tokens per second.
+   ``GRPOTrainer`` on the same model, prompts, completion length and batch: prompt + completion tokens per second
+   (mostly per-step overheads: the model is tiny).
+6. update, 7. rollout (and weight sync), 8. demo: the distributed trainer on the bundled SmolLM2-135M
+   (:mod:`benchmarks.training`): one role's update against a plain PyTorch loop and TRL's GRPOTrainer step on the
+   same MathChat-length samples; rollout generation against the same prompts in one raw batch; a role's weight
+   sync against an in-memory copy; one demo iteration per episode against the previous demo settings.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-SECTIONS = ("env", "sandbox", "coach", "generation", "trainer")
+SECTIONS = ("env", "sandbox", "coach", "generation", "trainer", "update", "rollout", "demo")
 
 
 def _median_ms(xs: list[float]) -> float:
@@ -252,6 +257,12 @@ def bench_trainer(completion: int = 32) -> dict[str, Any]:
     return row
 
 
+def _training():
+    from benchmarks import training
+
+    return training
+
+
 # ---------------------------------------------------------------------------------------------- main
 def _print(rows: list[dict[str, Any]]) -> None:
     print(f"{'figure':<82}{'value':>10}  {'reference':<48}{'value':>10}{'ratio':>8}")
@@ -282,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         ("coach", lambda: [bench_coach(8)]),
         ("generation", lambda: [bench_generation(32 if args.quick else 64)]),
         ("trainer", lambda: [bench_trainer()]),
+        ("update", lambda: _training().bench_update(*((4, 2) if args.quick else (8, 2)))),
+        ("rollout", lambda: _training().bench_rollout_and_sync(8 if args.quick else 16)),
+        ("demo", lambda: [_training().bench_demo_iteration()]),
     ]
     for name, fn in steps:
         if name in args.skip:

@@ -268,6 +268,8 @@ def _train_config(args: argparse.Namespace):
         micro_batch=args.micro_batch,
         zero_stage=args.zero_stage,
         gradient_checkpointing=True if args.gradient_checkpointing else None,
+        rollout_logprobs=False if args.no_rollout_logprobs else None,
+        checkpoint_every=args.checkpoint_every,
         temperature=args.temperature,
         engine_kv_cache_gb=args.engine_kv_cache_gb,
         memory_check=False if args.no_memory_check else None,
@@ -325,6 +327,7 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
         print(f"mappa train: {e}", file=sys.stderr)
         return 1
     print(f"[{cfg.trainer} trainer ready in {time.monotonic() - t0:.0f}s]", flush=True)
+    trainer.on_phase = lambda line: print(line, flush=True)
     eval_path = out / "eval.json"
     evals = json.loads(eval_path.read_text()) if cfg.resume and eval_path.exists() else {}
 
@@ -359,8 +362,8 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
             print(
                 f"[iteration {m['iteration'] + 1}/{cfg.iterations}] train accuracy {m['accuracy']:.2f} "
                 f"(re-used {m['reused_episodes']} stored episodes) {roles} coach: {faults}; rollout "
-                f"{m['rollout_s']:.0f}s update {m['train_s']:.0f}s sync {m['sync_s']:.1f}s "
-                f"({time.monotonic() - t0:.0f}s)",
+                f"{m['rollout_s']:.0f}s update {m['train_s']:.0f}s sync {m['sync_s']:.1f}s checkpoint "
+                f"{m.get('checkpoint_s', 0.0):.1f}s: {m['iteration_s']:.0f}s ({time.monotonic() - t0:.0f}s in all)",
                 flush=True,
             )
 
@@ -523,6 +526,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--micro-batch", type=int, default=None, help="sequences per forward/backward pass")
     p.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), default=None, help="DeepSpeed ZeRO stage")
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward")
+    p.add_argument(
+        "--no-rollout-logprobs",
+        action="store_true",
+        help="recompute the policy's log-probs in the trainer instead of taking the engine's (distributed trainer)",
+    )
+    p.add_argument("--checkpoint-every", type=int, default=None, help="iterations between checkpoints (0: last only)")
     p.add_argument("--engine-kv-cache-gb", type=float, default=None, help="vLLM KV cache per engine on CPU (GiB)")
     p.add_argument(
         "--no-memory-check", action="store_true", help="start even if the estimated peak memory exceeds what is free"

@@ -1,0 +1,403 @@
+"""``mappa bench``'s training rows (issue 15): the distributed trainer's pieces on the bundled SmolLM2-135M, each
+beside a reference measured in the same run.
+
+- :func:`bench_update`: one role's update (the reference log-prob pass and one PPO-clipped AdamW step, as
+  :class:`baselines.distributed.RoleWorker` runs it in the demo) on MathChat-length samples (prompts of ~450-750
+  tokens, responses of 128), against a plain PyTorch loop on the same samples (forward with full logits,
+  backward, AdamW step) and TRL's ``GRPOTrainer`` training step on the same samples (given through its
+  ``rollout_func``, so it generates nothing; ``beta`` = ours, so it runs its reference pass too). Prompt +
+  response tokens per second.
+- :func:`bench_rollout_and_sync`: three vLLM engines (Ray actors, as the trainer starts them) roll out 16 MathChat
+  episodes with 16 envs stepped together and the sandbox on; generated tokens per second against the same engines
+  generating the same prompts (every request the rollout sent, each engine's in one batch, all submitted at once,
+  prefix cache reset). Then the weight sync of one role, trainer rank -> engine, against copying the same state
+  dict in memory.
+- :func:`bench_demo_iteration`: one demo iteration (``mappa train --preset demo --iterations 1``) with the
+  current settings against the same with the previous demo's (micro-batches of 2 with gradient checkpointing, the
+  trainer's own policy pass): wall seconds per episode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SOLUTION = (
+    "Let me solve this step by step. First I find how many items there are in total: I multiply the number of "
+    "boxes by the number in each box. Then I subtract the ones given away. I will check it with Python:\n"
+    "```python\nboxes = 47\nper_box = 39\ntotal = boxes * per_box\nleft = total - 43\nprint(left)\n```\n"
+    "The code prints the answer, so the answer is \\boxed{1790}. "
+)
+
+
+def mathchat_length_samples(tokenizer: Any, prompts: int, per_prompt: int, *, response_tokens: int = 128):
+    """``prompts x per_prompt`` samples shaped like the demo's: the MathChat system prompt and task, earlier team
+    work padding the context to 450-750 tokens (varying as real turns do), and a ``response_tokens``-token
+    response (a cut solution: no EOS)."""
+    import mappa_envs
+    from baselines.samples import Sample, prompt_ids
+
+    env = mappa_envs.make("mappa/MathChat-v0", split="arith-train")
+    words = SOLUTION.split()
+    text_ids = tokenizer(SOLUTION * 6, add_special_tokens=False)["input_ids"]
+    out = []
+    for p in range(prompts):
+        env.reset(seed=p, options={"task_index": p})
+        base = env.unwrapped.messages(env.agent_selection)
+        target = 450 + (300 * p) // max(1, prompts - 1)
+        work, n = [], 0
+        messages = base
+        while True:  # earlier agents' work, a word at a time, up to the target length
+            work.append(words[n % len(words)])
+            n += 1
+            if n % 8:
+                continue
+            messages = [*base, {"role": "assistant", "content": " ".join(work)}, base[-1]]
+            if len(prompt_ids(tokenizer, messages)) >= target:
+                break
+        for k in range(per_prompt):  # each sample of a prompt its own response (a different cut of the text)
+            response = text_ids[11 * (p + k) : 11 * (p + k) + response_tokens]
+            out.append(
+                Sample(
+                    "code_executor", "code_executor_0", f"e{p}-{k}", f"t{p}", 1, 2, messages, SOLUTION,
+                    float((p + k) % 2), 0.0, list(response), truncated=True,
+                )
+            )  # fmt: skip
+    env.close()
+    return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------- update
+def bench_update(prompts: int = 8, per_prompt: int = 2) -> list[dict[str, Any]]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from baselines.distributed import RoleWorker
+    from baselines.models import resolve_model
+    from baselines.presets import PRESETS
+    from baselines.samples import prompt_ids, tokenize_samples
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    cfg = PRESETS["demo"]
+    path = resolve_model(cfg.model)
+    tok = AutoTokenizer.from_pretrained(path)
+    samples = mathchat_length_samples(tok, prompts, per_prompt, response_tokens=cfg.max_new_tokens)
+    n_prompt = sum(min(len(prompt_ids(tok, s.messages)), cfg.max_prompt_tokens) for s in samples)
+    n_resp = sum(len(s.response_ids) for s in samples)
+    tokens = n_prompt + n_resp
+    shape = f"{len(samples)} samples, {n_prompt // len(samples)}+{n_resp // len(samples)} tokens"
+    adv = [torch.full((len(s.response_ids),), 1.0 if i % 2 else -1.0) for i, s in enumerate(samples)]
+
+    # ours: the reference pass (as after a role's first step) and one step, old log-probs from its own pass
+    worker = RoleWorker("code_executor", 0, 1, _free_port(), path, cfg)
+    n_micro = -(-len(samples) // cfg.micro_batch)
+    short = samples[:1]
+    zero = [torch.zeros(len(short[0].response_ids))]
+    worker.logprobs(short, 1)  # warm-up: first-call allocations, and AdamW's states (a step on zero advantages:
+    worker.train_step(short, zero, None, len(zero[0]), 1, 1e-6)  # zero gradients, Adam moves nothing)
+    t = time.perf_counter()
+    ref = worker.logprobs(samples, n_micro, policy=False, ref=True)
+    t_ref = time.perf_counter() - t
+    t = time.perf_counter()
+    stats = worker.train_step(samples, adv, None, n_resp, n_micro, 1e-6, behaviour_logp=[r for _, r in ref])
+    step_s = time.perf_counter() - t
+    del worker
+
+    # a plain PyTorch loop: same samples, same micro-batches, full logits, AdamW (warmed up the same way)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, betas=cfg.betas, weight_decay=0.0)
+
+    def plain_step(model: Any, opt: Any, batch: list, advantages: list) -> None:
+        for i in range(0, len(batch), cfg.micro_batch):
+            b = tokenize_samples(batch[i : i + cfg.micro_batch], tok, cfg.max_prompt_tokens, cfg.max_new_tokens + 1)
+            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits[:, :-1].float()
+            logp = torch.log_softmax(logits / cfg.temperature, -1)
+            logp = torch.gather(logp, 2, b.input_ids[:, 1:, None]).squeeze(2)
+            a = torch.zeros_like(logp)
+            a[b.response_mask.bool()] = torch.cat(advantages[i : i + cfg.micro_batch])
+            (-(logp * a * b.response_mask).sum() / n_resp).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        opt.zero_grad()
+
+    plain_step(model, opt, short, zero)
+    t = time.perf_counter()
+    plain_step(model, opt, samples, adv)
+    plain_s = time.perf_counter() - t
+    del model, opt
+    detail = {
+        "reference_pass_s": t_ref,
+        "step_s": step_s,
+        "forward_backward_s": stats["forward_backward_s"],
+        "optimizer_s": stats["optimizer_s"],
+        "plain_s": plain_s,
+        "tokens": tokens,
+    }
+    rows = [
+        {
+            "figure": f"update step (fwd+bwd+AdamW), SmolLM2-135M, one role, {shape} (tok/s)",
+            "value": tokens / step_s,
+            "reference": "plain PyTorch loop: fwd+bwd+AdamW (tok/s)",
+            "reference_value": tokens / plain_s,
+            "higher_is_better": True,
+            "detail": detail,
+        },
+        {
+            "figure": f"reference pass + update step, same samples (tok/s; plain loop has no reference: "
+            f"{tokens / plain_s:.0f})",
+            "value": tokens / (t_ref + step_s),
+            "reference": "TRL GRPOTrainer step, beta as ours (tok/s)",
+            "higher_is_better": True,
+        },
+    ]
+    try:
+        rows[1]["reference_value"] = tokens / _trl_step_seconds(path, tok, samples, cfg, per_prompt)
+    except ImportError as e:
+        rows[1]["reference_skipped"] = f"TRL not installed ({e}): pip install 'mappa-envs[bench]'"
+    except Exception as e:  # TRL's API moves: keep our figures and say why its reference is missing
+        rows[1]["reference_skipped"] = f"TRL's step failed: {type(e).__name__}: {str(e)[:200]}"
+    return rows
+
+
+def _trl_step_seconds(path: str, tok: Any, samples: list, cfg: Any, per_prompt: int) -> float:
+    """Seconds of TRL ``GRPOTrainer``'s second optimiser step (the first pays first-call costs) over ``samples``,
+    handed to it by ``rollout_func`` (nothing is generated): its reference pass (beta = ours), forward, backward
+    and AdamW step, in micro-batches of ``cfg.micro_batch``."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from baselines.samples import prompt_ids
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    by_prompt: dict[str, list] = {}
+    for s in samples:
+        by_prompt.setdefault(s.task_id, []).append(s)
+    keys = list(by_prompt)
+    prompts = [f"{k}" for k in keys]
+
+    def rollout(batch_prompts, trainer):  # the given samples, as if TRL had generated them
+        # TRL's sampler repeats each prompt num_generations times: the k-th copy gets the prompt's k-th sample
+        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        seen: dict[str, int] = {}
+        for p in batch_prompts:
+            k = seen.get(p, 0)
+            seen[p] = k + 1
+            s = by_prompt[p][k % len(by_prompt[p])]
+            out["prompt_ids"].append(prompt_ids(tok, s.messages)[-cfg.max_prompt_tokens :])
+            out["completion_ids"].append(list(s.response_ids))
+            out["logprobs"].append([0.0] * len(s.response_ids))  # used only with TRL's own vLLM
+        return out
+
+    n = len(samples)
+    with tempfile.TemporaryDirectory() as tmp:
+        args = GRPOConfig(
+            output_dir=tmp,
+            per_device_train_batch_size=cfg.micro_batch * per_prompt,
+            gradient_accumulation_steps=n // (cfg.micro_batch * per_prompt),
+            num_generations=per_prompt,
+            max_completion_length=cfg.max_new_tokens,
+            max_steps=2,
+            learning_rate=1e-6,
+            beta=cfg.beta_kl,
+            epsilon=cfg.clip_eps,
+            temperature=cfg.temperature,
+            max_grad_norm=cfg.grad_clip,
+            logging_steps=1,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            bf16=False,
+            disable_tqdm=True,
+        )
+        trainer = GRPOTrainer(
+            model=AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),
+            reward_funcs=lambda completions, **kw: [float(i % 2) for i in range(len(completions))],
+            args=args,
+            train_dataset=Dataset.from_list([{"prompt": p} for p in prompts] * 4),
+            processing_class=tok,
+            rollout_func=rollout,
+        )
+        times: list[float] = []
+
+        class StepTimer(TrainerCallback):
+            def on_step_begin(self, *a, **k):
+                self.t = time.perf_counter()
+
+            def on_step_end(self, *a, **k):
+                times.append(time.perf_counter() - self.t)
+
+        trainer.add_callback(StepTimer())
+        trainer.train()
+    return times[-1]
+
+
+# ---------------------------------------------------------------------------------------------- rollout, sync
+def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list[dict[str, Any]]:
+    import ray
+    import torch
+    from transformers import AutoTokenizer
+
+    import mappa_envs
+    from baselines.config import TrainConfig
+    from baselines.distributed import RoleWorker, VLLMEngine, VLLMPolicy
+    from baselines.models import resolve_model
+    from baselines.presets import PRESETS
+    from baselines.ray_trainer import ray_init
+    from baselines.rollout import run_episodes
+
+    cfg: TrainConfig = PRESETS["demo"]
+    path = resolve_model(cfg.model)
+    tok = AutoTokenizer.from_pretrained(path)
+    ray_init(cfg)
+    probe = mappa_envs.make(cfg.env_id, **cfg.env_kwargs)
+    roles = [r.name for r in probe.unwrapped.roles]
+    sandbox = getattr(getattr(probe.unwrapped, "_sandbox", None), "name", "?")
+    probe.close()
+    Engine = ray.remote(VLLMEngine).options(num_cpus=0)
+    engines = {
+        role: Engine.remote(
+            path, seed=i, max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens, kv_cache_gb=cfg.engine_kv_cache_gb
+        )
+        for i, role in enumerate(roles)
+    }
+    ray.get([e.ready.remote() for e in engines.values()])
+    sent: dict[str, list[list[int]]] = {role: [] for role in roles}
+
+    class Recording(VLLMPolicy):
+        def __init__(self, role: str):
+            super().__init__(
+                engines[role], tok, max_prompt_tokens=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature, concurrent=concurrent,
+            )  # fmt: skip
+            self.role = role
+
+        def encode(self, conversation):
+            ids = super().encode(conversation)
+            sent[self.role].append(ids)
+            return ids
+
+    policies = {role: Recording(role) for role in roles}
+    warm = VLLMPolicy(engines[roles[0]], tok, max_prompt_tokens=64, max_new_tokens=4, temperature=cfg.temperature)
+    warm.generate([[{"role": "user", "content": "hi"}]])
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    records = run_episodes(
+        lambda: mappa_envs.make(cfg.env_id, **cfg.env_kwargs),
+        policies,
+        episodes,
+        seed=0,
+        concurrency=episodes,
+        reset_options=lambda i: {"task_index": i},
+        timings=timings,
+    )
+    rollout_s = time.perf_counter() - t
+    rollout_tokens = sum(p.generated_tokens for p in policies.values())
+    kwargs = {"max_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
+    # the raw batches: every engine's at once (as the rollout submits them), and one engine after the other (on a
+    # CPU the engines share the cores); the reference is the faster of the two
+    raw = {}
+    for how in ("together", "one after the other"):
+        ray.get([e.reset_prefix_cache.remote() for e in engines.values()])
+        t = time.perf_counter()
+        if how == "together":
+            got = ray.get([engines[r].generate.remote(sent[r], **kwargs) for r in roles if sent[r]])
+        else:
+            got = [ray.get(engines[r].generate.remote(sent[r], **kwargs)) for r in roles if sent[r]]
+        raw[how] = (sum(len(x[1]) for replies in got for x in replies), time.perf_counter() - t)
+    best = max(raw, key=lambda k: raw[k][0] / raw[k][1])
+    raw_tokens, raw_s = raw[best]
+    actions = sum(len(r.actions) for r in records)
+    rows = [
+        {
+            "figure": f"rollout: {episodes} MathChat episodes, 16 envs, 3 engines, sandbox {sandbox} (gen tok/s)",
+            "value": rollout_tokens / rollout_s,
+            "reference": "same engines and prompts, a raw batch each (tok/s)",
+            "reference_value": raw_tokens / raw_s,
+            "higher_is_better": True,
+            "detail": {
+                "rollout_s": rollout_s,
+                "raw_s": raw_s,
+                "actions": actions,
+                "requests": sum(len(v) for v in sent.values()),
+                "raw_tok_s": {k: n / sec for k, (n, sec) in raw.items()},
+                **timings,
+                "reference_is": best,
+            },
+        }
+    ]
+    # weight sync of one role: a trainer rank (the demo's, ZeRO stage 0) -> its engine
+    worker = ray.remote(RoleWorker).options(num_cpus=0).remote(roles[0], 0, 1, _free_port(), path, cfg)
+    ray.get(worker.ready.remote())
+    secs, loads = [], []
+    for _ in range(3):
+        t = time.perf_counter()
+        loads.append(ray.get(engines[roles[0]].load_weights.remote(worker.engine_weights.remote())))
+        secs.append(time.perf_counter() - t)
+    from transformers import AutoModelForCausalLM
+
+    state = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
+    copies = []
+    for _ in range(3):
+        t = time.perf_counter()
+        copy = {k: v.clone() for k, v in state.items()}
+        copies.append(time.perf_counter() - t)
+        del copy
+    rows.append(
+        {
+            "figure": "weight sync, one role, trainer rank -> vLLM engine (s, median of 3)",
+            "value": statistics.median(secs),
+            "reference": "copying the same state dict in memory (s)",
+            "reference_value": statistics.median(copies),
+            "detail": {"sync_s": secs, "engine_load_s": loads, "copy_s": copies},
+        }
+    )
+    ray.kill(worker)
+    for e in engines.values():
+        ray.kill(e)
+    ray.shutdown()
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- demo iteration
+PREVIOUS_DEMO = ["--micro-batch", "2", "--gradient-checkpointing", "--no-rollout-logprobs"]
+"""The previous demo's settings that changed (its code paths that changed with them are not switchable: the
+reference is the previous settings on today's code)."""
+
+
+def bench_demo_iteration() -> dict[str, Any]:
+    def run(extra: list[str]) -> float:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [
+                sys.executable, "-m", "mappa_envs.cli", "train", "--preset", "demo", "--iterations", "1",
+                "--eval-episodes", "0", "--out", tmp, "--no-progress", *extra,
+            ]  # fmt: skip
+            subprocess.run(cmd, check=True, capture_output=True, text=True)
+            m = json.loads((Path(tmp) / "metrics.jsonl").read_text().splitlines()[0])
+            return float(m["iteration_s"]) / m["episodes"]
+
+    ours = run([])
+    previous = run(PREVIOUS_DEMO)
+    return {
+        "figure": "demo iteration, wall time per episode (s)",
+        "value": ours,
+        "reference": "the same with the previous demo's settings (s)",
+        "reference_value": previous,
+    }
