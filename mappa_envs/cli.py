@@ -269,6 +269,7 @@ def _train_config(args: argparse.Namespace):
         zero_stage=args.zero_stage,
         gradient_checkpointing=True if args.gradient_checkpointing else None,
         rollout_logprobs=False if args.no_rollout_logprobs else None,
+        concurrent_generation=True if args.concurrent_generation else None,
         checkpoint_every=args.checkpoint_every,
         temperature=args.temperature,
         engine_kv_cache_gb=args.engine_kv_cache_gb,
@@ -532,6 +533,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="recompute the policy's log-probs in the trainer instead of taking the engine's (distributed trainer)",
     )
     p.add_argument("--checkpoint-every", type=int, default=None, help="iterations between checkpoints (0: last only)")
+    p.add_argument(
+        "--concurrent-generation",
+        action="store_true",
+        help="let the roles' engines generate at the same time on CPU too (the GPU default; slower on a CPU)",
+    )
     p.add_argument("--engine-kv-cache-gb", type=float, default=None, help="vLLM KV cache per engine on CPU (GiB)")
     p.add_argument(
         "--no-memory-check", action="store_true", help="start even if the estimated peak memory exceeds what is free"

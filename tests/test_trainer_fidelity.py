@@ -458,3 +458,24 @@ def test_the_trainer_uses_the_sampling_temperature_and_the_scheduled_rate(tiny_m
         stepped = [r for r in trainer.roles if m[r]["skipped"] == 0]
         assert stepped and all(m[r]["lr"] == pytest.approx(cfg.lr_at(m["iteration"])) for r in stepped)
     assert cfg.lr_at(0) < cfg.lr_at(1)  # the warm-up's first iteration
+
+
+def test_rollout_timings_count_rounds_requests_and_where_the_time_went():
+    """run_episodes' ``timings``: every request is one conversation sent to a policy, a round is one pass over the
+    active envs; the generation and env-stepping seconds are what the rollout spent (a slow policy shows up in
+    generate_s, not in env_s), and the stored log-probs of a Generation reach the action."""
+    import time
+
+    class Slow:
+        def generate(self, batch):
+            time.sleep(0.05)
+            return [Generation("\\boxed{42}", [5, 6], "stop", [-0.1, -0.2]) for _ in batch]
+
+    timings: dict = {}
+    records = run_episodes(
+        mathchat, Slow(), 3, concurrency=3, reset_options=lambda i: {"task_index": 0}, timings=timings
+    )
+    actions = sum(len(r.actions) for r in records)
+    assert timings["requests"] == actions and timings["rounds"] >= 3  # three roles take turns
+    assert timings["generate_s"] >= 0.05 * timings["rounds"] > timings["env_s"] >= 0.0
+    assert records[0].actions[0].info["generation"]["logprobs"] == [-0.1, -0.2]
