@@ -330,9 +330,9 @@ class RoleWorker:
         self.engine, *_ = deepspeed.initialize(
             model=model, optimizer=optimizer, config=deepspeed_config(cfg, world_size, train=True)
         )
-        if world_size == 1:
-            # one rank has nothing to reduce; DeepSpeed (stage 0) still runs every gradient through an all-reduce
-            # at each step (measured: ~2 s of a 2.9 s optimiser phase for SmolLM2-135M on CPU)
+        if world_size == 1 and cfg.zero_stage == 0:
+            # one rank has nothing to reduce, but DeepSpeed's stage 0 still runs every gradient through an all-reduce
+            # at each step (ZeRO stages partition the gradients in that path: they keep it)
             self.engine.enable_backward_allreduce = False
         self.ref, *_ = deepspeed.initialize(model=ref, config=deepspeed_config(cfg, world_size, train=False))
         self._torch = torch
