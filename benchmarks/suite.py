@@ -297,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         ("rollout", lambda: _training().bench_rollout_and_sync(8 if args.quick else 16)),
         ("demo", lambda: [_training().bench_demo_iteration()]),
     ]
+    # the demo iterations run in child processes whose memory check counts this process's: before the sections
+    # that load models here
+    steps.sort(key=lambda step: step[0] != "demo" and step[0] not in ("env", "sandbox", "coach"))
     for name, fn in steps:
         if name in args.skip:
             continue

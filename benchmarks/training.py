@@ -393,7 +393,9 @@ def bench_demo_iteration() -> dict[str, Any]:
                 sys.executable, "-m", "mappa_envs.cli", "train", "--preset", "demo", "--iterations", "1",
                 "--eval-episodes", "0", "--out", tmp, "--no-progress", *extra,
             ]  # fmt: skip
-            subprocess.run(cmd, check=True, capture_output=True, text=True)
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"{' '.join(cmd[2:])} exited {done.returncode}: {done.stderr[-400:]}")
             m = json.loads((Path(tmp) / "metrics.jsonl").read_text().splitlines()[0])
             return float(m["iteration_s"]) / m["episodes"]
 
