@@ -63,7 +63,8 @@ def mathchat_length_samples(tokenizer: Any, prompts: int, per_prompt: int, *, re
             if len(prompt_ids(tokenizer, messages)) >= target:
                 break
         for k in range(per_prompt):  # each sample of a prompt its own response (a different cut of the text)
-            response = text_ids[11 * (p + k) : 11 * (p + k) + response_tokens]
+            start = 11 * (p * per_prompt + k)
+            response = text_ids[start : start + response_tokens]
             out.append(
                 Sample(
                     "code_executor", "code_executor_0", f"e{p}-{k}", f"t{p}", 1, 2, messages, SOLUTION,

@@ -80,3 +80,22 @@ def test_the_fast_paths_compute_what_the_slow_ones_did():
     assert out["a_vs_b"] < 1e-6, out  # ... the same way with the step's own old log-probs as with a policy pass
     assert out["gap"] < 1e-5, out  # the behaviour log-probs given were this policy's: no gap
     assert out["packed_exact"], out
+
+
+@needs_deepspeed
+def test_the_benchmarks_mathchat_length_samples_are_what_their_rows_say():
+    """``mappa bench``'s update rows run on 450-750-token MathChat prompts with 128-token responses, each sample of a
+    prompt its own response (identical pairs with opposite advantages would cancel their gradients)."""
+    from transformers import AutoTokenizer
+
+    from baselines.models import resolve_model
+    from baselines.samples import prompt_ids
+    from benchmarks.training import mathchat_length_samples
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
+    samples = mathchat_length_samples(tok, 4, 2)
+    lengths = [len(prompt_ids(tok, s.messages)) for s in samples]
+    assert len(samples) == 8 and min(lengths) >= 450 and max(lengths) <= 770 and max(lengths) - min(lengths) > 200
+    assert all(len(s.response_ids) == 128 for s in samples)
+    assert len({tuple(s.response_ids) for s in samples}) == 8
+    assert [s.task_id for s in samples] == ["t0", "t0", "t1", "t1", "t2", "t2", "t3", "t3"]
