@@ -240,19 +240,7 @@ def bench_trainer(completion: int = 32) -> dict[str, Any]:
             train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS] * 4),
             processing_class=tok,
         )
-        times: list[float] = []
-        from transformers import TrainerCallback
-
-        class StepTimer(TrainerCallback):
-            def on_step_begin(self, *a, **k):
-                self.t = time.perf_counter()
-
-            def on_step_end(self, *a, **k):
-                times.append(time.perf_counter() - self.t)
-
-        timer = StepTimer()
-        trainer.add_callback(timer)
-        trainer.train()
+        times = _training().train_step_seconds(trainer)
     row["reference_value"] = tokens / times[-1]  # the second step: no first-call overheads
     return row
 

@@ -182,7 +182,7 @@ def _trl_step_seconds(path: str, tok: Any, samples: list, cfg: Any, per_prompt: 
     and AdamW step, in micro-batches of ``cfg.micro_batch``."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, TrainerCallback
+    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
     from baselines.samples import prompt_ids
@@ -236,18 +236,26 @@ def _trl_step_seconds(path: str, tok: Any, samples: list, cfg: Any, per_prompt: 
             processing_class=tok,
             rollout_func=rollout,
         )
-        times: list[float] = []
-
-        class StepTimer(TrainerCallback):
-            def on_step_begin(self, *a, **k):
-                self.t = time.perf_counter()
-
-            def on_step_end(self, *a, **k):
-                times.append(time.perf_counter() - self.t)
-
-        trainer.add_callback(StepTimer())
-        trainer.train()
+        times = train_step_seconds(trainer)
     return times[-1]
+
+
+def train_step_seconds(trainer: Any) -> list[float]:
+    """Run a transformers ``Trainer`` (TRL's GRPOTrainer here) and return each optimiser step's wall seconds."""
+    from transformers import TrainerCallback
+
+    times: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            times.append(time.perf_counter() - self.t)
+
+    trainer.add_callback(StepTimer())
+    trainer.train()
+    return times
 
 
 # ---------------------------------------------------------------------------------------------- rollout, sync
