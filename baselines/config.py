@@ -62,6 +62,11 @@ class TrainConfig:
     grad_clip: float = 1.0
     micro_batch: int = 4
     """Sequences per forward/backward pass (gradients are accumulated over the role's batch)."""
+    pack_tokens: int = 0
+    """Distributed trainer: forward/backward passes over prefix-shared packs of at most this many distinct tokens
+    instead of ``micro_batch`` padded rows (:mod:`baselines.packing`: a prefix several samples share - the system
+    prompt, an agent's earlier turns, a GRPO group's prompt - is computed once; same log-probs and gradients).
+    0: padded micro-batches."""
     train_batch: int | None = None
     """Samples per optimiser step (distributed trainer): a role's batch is split into shuffled mini-batches of
     this size, one step each, against the log-probs of the policy that generated them. None: one step per

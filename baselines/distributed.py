@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .config import TrainConfig
+from .packing import build_pack, distinct_tokens, pack_samples, packed_logprobs
 from .policies import Generation
-from .samples import Sample, prompt_ids, token_logprobs, tokenize_samples
+from .samples import Sample, prompt_ids, sample_rows, token_logprobs, tokenize_samples
 
 # ----------------------------------------------------------------------------------------------- batch balancing
 
@@ -41,6 +42,23 @@ def micro_batches(n: int, size: int, count: int) -> list[slice]:
     must run the same number of forward passes (parameters are gathered collectively), so ranks with fewer
     samples run empty micro-batches as dummy passes."""
     return [slice(min(i * size, n), min((i + 1) * size, n)) for i in range(count)]
+
+
+def plan_shards(rows: Sequence[tuple[list[int], int]], ranks: int, cfg: TrainConfig) -> tuple[list[list[int]], int]:
+    """A role's sample rows (:func:`baselines.samples.sample_rows`) over ``ranks``: each rank's indices, and how
+    many forward passes every rank runs (the most any rank needs; ZeRO-3 ranks run them in step).
+
+    Padded micro-batches (``cfg.pack_tokens`` 0): samples balanced by tokens, ``cfg.micro_batch`` per pass. Prefix
+    packs: the packs are formed over all the rows and balanced over the ranks by their distinct tokens (a pack's
+    shared prefixes stay on one rank); each rank re-forms its packs from its rows, as the workers do."""
+    if not cfg.pack_tokens:
+        shards = balance([len(ids) for ids, _ in rows], ranks)
+        return shards, max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards))
+    packs = pack_samples(rows, cfg.pack_tokens)
+    owners = balance([distinct_tokens([rows[i] for i in p]) for p in packs], ranks)
+    shards = [sorted(i for k in own for i in packs[k]) for own in owners]
+    n = max(len(pack_samples([rows[i] for i in sh], cfg.pack_tokens)) if sh else 0 for sh in shards)
+    return shards, max(1, n)
 
 
 # ----------------------------------------------------------------------------------------------- weight transfer
@@ -356,14 +374,42 @@ class RoleWorker:
         b.response_mask = b.response_mask.to(self.device)
         return b
 
-    def _length_order(self, samples: Sequence[Sample]) -> list[int]:
+    def _rows(self, samples: Sequence[Sample]) -> list[tuple[list[int], int]]:
+        return sample_rows(samples, self.tokenizer, self.cfg.max_prompt_tokens, self.cfg.max_new_tokens + 1)
+
+    def _length_order(self, rows: Sequence[tuple[list[int], int]]) -> list[int]:
         """Sample indices longest first: consecutive micro-batches then hold samples of similar lengths, so right
         padding wastes little (the loss is a sum over samples: their order changes nothing else)."""
-        lengths = [
-            min(len(prompt_ids(self.tokenizer, s.messages)), self.cfg.max_prompt_tokens) + len(s.response_ids or ())
-            for s in samples
-        ]
-        return sorted(range(len(samples)), key=lambda i: (-lengths[i], i))
+        return sorted(range(len(rows)), key=lambda i: (-len(rows[i][0]), i))
+
+    def _passes(self, model: Any, samples: Sequence[Sample], n_micro: int):
+        """Yield, per forward pass, the indices of its samples and their response tokens' log-probs (one tensor
+        each, in the graph of ``model``); exactly ``n_micro`` passes: those past the samples are dummy passes of
+        one token pair (indices ``[]``, one zero-size-free tensor to backpropagate a zero through)."""
+        rows = self._rows(samples) if samples else []
+        T = self.cfg.temperature
+        if self.cfg.pack_tokens:
+            packs = pack_samples(rows, self.cfg.pack_tokens) if rows else []
+            if len(packs) > n_micro:
+                raise RuntimeError(f"{len(packs)} packs on rank {self.rank} but {n_micro} passes planned")
+            for k in range(n_micro):
+                if k >= len(packs):
+                    yield [], [token_logprobs(model, self._to_device(self._batch([])), T).sum()]
+                    continue
+                idx = packs[k]
+                pack = build_pack([rows[i] for i in idx]).to(self.device)
+                yield idx, packed_logprobs(model, pack, T)
+            return
+        order = self._length_order(rows)
+        for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
+            idx = order[sl]
+            b = self._to_device(self._batch([samples[i] for i in idx]))
+            logp = token_logprobs(model, b, T)
+            if not idx:
+                yield [], [logp.sum()]
+                continue
+            mask = b.response_mask.bool()
+            yield idx, [logp[k][mask[k]] for k in range(len(idx))]
 
     def logprobs(
         self, samples: list[Sample], n_micro: int, *, policy: bool = True, ref: bool = True
@@ -375,22 +421,16 @@ class RoleWorker:
         out: list[tuple[Any, Any]] = [(None, None)] * len(samples)
         self.engine.eval()
         same = self.engine.global_steps == 0
-        order = self._length_order(samples)
         with torch.no_grad():
-            for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
-                idx = order[sl]
-                b = self._to_device(self._batch([samples[i] for i in idx]))
-                logp = ref_lp = None
-                if policy or (ref and same):
-                    logp = token_logprobs(self.engine, b, self.cfg.temperature).float().cpu()
-                if ref:
-                    ref_lp = logp if same else token_logprobs(self.ref, b, self.cfg.temperature).float().cpu()
-                mask = b.response_mask.bool().cpu()
-                for k, i in enumerate(idx):
-                    out[i] = (
-                        logp[k][mask[k]] if policy else None,
-                        ref_lp[k][mask[k]] if ref else None,
-                    )
+            if policy or (ref and same):
+                for idx, lps in self._passes(self.engine, samples, n_micro):
+                    for k, i in enumerate(idx):
+                        lp = lps[k].float().cpu()
+                        out[i] = (lp if policy else None, lp if ref and same else None)
+            if ref and not same:
+                for idx, lps in self._passes(self.ref, samples, n_micro):
+                    for k, i in enumerate(idx):
+                        out[i] = (out[i][0], lps[k].float().cpu())
         return out
 
     def train_step(
@@ -423,27 +463,25 @@ class RoleWorker:
         gap, gap_n = 0.0, 0
         scale = self.world_size / max(total_tokens, 1)
         tokens = 0
-        order = self._length_order(samples)
-        for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
-            idx = order[sl]
-            b = self._to_device(self._batch([samples[i] for i in idx]))
-            logp = token_logprobs(self.engine, b, self.cfg.temperature)
+        for idx, lps in self._passes(self.engine, samples, n_micro):
             if not idx:
-                self.engine.backward(logp.sum() * 0.0, scale_wrt_gas=False)
+                self.engine.backward(lps[0] * 0.0, scale_wrt_gas=False)
                 continue
-            adv = torch.zeros_like(logp)
-            mask = b.response_mask.bool()
-            old = logp.detach().clone() if old_logp is None else torch.zeros_like(logp)
-            for k, j in enumerate(idx):
-                adv[k][mask[k]] = advantages[j].to(adv)
-                if old_logp is not None:
-                    old[k][mask[k]] = old_logp[j].to(old)
-                if behaviour_logp is not None and behaviour_logp[j] is not None:
-                    d = (logp.detach()[k][mask[k]] - behaviour_logp[j].to(logp)).abs()
-                    gap += float(d.sum())
-                    gap_n += d.numel()
-            n = float(b.response_mask.sum())
-            loss, info = ppo_clip_loss(logp, old, adv, b.response_mask, self.cfg.clip_eps)
+            logp = torch.cat(lps)[None]
+            adv = torch.cat([advantages[j].to(logp) for j in idx])[None]
+            if old_logp is None:
+                old = logp.detach().clone()
+            else:
+                old = torch.cat([old_logp[j].to(logp) for j in idx])[None]
+            if behaviour_logp is not None:
+                for k, j in enumerate(idx):
+                    if behaviour_logp[j] is not None:
+                        d = (lps[k].detach() - behaviour_logp[j].to(logp)).abs()
+                        gap += float(d.sum())
+                        gap_n += d.numel()
+            mask = torch.ones_like(logp)
+            n = float(logp.shape[1])
+            loss, info = ppo_clip_loss(logp, old, adv, mask, self.cfg.clip_eps)
             self.engine.backward(loss * n * scale, scale_wrt_gas=False)
             stats["loss"] += float(loss.detach()) * n / max(total_tokens, 1)
             stats["clip_frac"] += info["clip_frac"] * n / max(total_tokens, 1)

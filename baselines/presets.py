@@ -25,6 +25,7 @@ PRESETS: dict[str, TrainConfig] = {
         samples_per_prompt=2,
         max_new_tokens=32,
         max_prompt_tokens=768,
+        pack_tokens=512,  # prefix packs (each prompt's two samples share it): the path CI's runs exercise
         lr=1e-4,
         concurrency=4,
         # the random model never samples an end-of-sequence token in 32: keep its cut responses (masked, as the
@@ -49,6 +50,10 @@ PRESETS: dict[str, TrainConfig] = {
         lr=2e-5,
         temperature=0.7,
         micro_batch=1,
+        # prefix packs of up to one full-length row (the memory of a micro-batch of 1): the code executor's second
+        # turn holds its first whole and every prompt starts with its role's system prompt; measured on the demo's
+        # rollouts, 24% fewer trained tokens (the code executor's: 31%), its forward+backward ~0.8x the time
+        pack_tokens=1152,
         zero_stage=0,
         gradient_checkpointing=False,
         concurrency=16,

@@ -7,8 +7,10 @@ One iteration (:meth:`baselines.loop.TrainerBase.train_iteration`):
    role go to that role's engine in one batch, and every role's batch is submitted before any is awaited (the
    engines generate at the same time). The coach scores actions in a thread pool while rollouts go on
    (:class:`mappa_envs.coach.CoachRewardWrapper`). Each finished episode is appended to the trajectory store.
-2. **Log-probs**: each role's samples are split over its ranks balanced by token count (:func:`balance`, nothing
-   dropped); the ranks return the response tokens' log-probs under the policy and the frozen reference.
+2. **Log-probs**: each role's samples are split over its ranks balanced by token count (:func:`plan_shards`,
+   nothing dropped; with ``pack_tokens`` as prefix-shared packs, :mod:`baselines.packing`); the ranks return the
+   response tokens' log-probs under the policy and the frozen reference (where they are needed: the engine's
+   log-probs stand in for a policy pass that would only recompute them).
 3. **Advantages** in the driver over the role's whole batch (global normalisation), sent back with the samples.
 4. **Update**: one PPO-clipped step per role, all roles at once (each role is its own group of processes).
 5. **Weight sync**: rank 0 gathers the ZeRO-3 shards; the tensors go through Ray's object store straight to the
@@ -31,9 +33,9 @@ import torch
 
 from .advantages import RoleBatch, advantages_by_role
 from .config import TrainConfig
-from .distributed import RoleWorker, VLLMEngine, VLLMPolicy, balance
+from .distributed import RoleWorker, VLLMEngine, VLLMPolicy, plan_shards
 from .loop import TrainerBase
-from .samples import Sample, prompt_ids, response_ids
+from .samples import Sample, sample_rows
 
 _ACTOR_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -169,9 +171,9 @@ class RayTrainer(TrainerBase):
         return {role: self._policy(self.engines[role], temperature) for role in self.roles}
 
     # ------------------------------------------------------------------ update
-    def _cost(self, s: Sample) -> int:
-        n_prompt = min(len(prompt_ids(self.tokenizer, s.messages)), self.cfg.max_prompt_tokens)
-        return n_prompt + min(len(response_ids(s, self.tokenizer)), self.cfg.max_new_tokens + 1)
+    def _rows(self, samples: list[Sample]) -> list[tuple[list[int], int]]:
+        """The samples' token rows as the workers build them (:func:`baselines.samples.sample_rows`)."""
+        return sample_rows(samples, self.tokenizer, self.cfg.max_prompt_tokens, self.cfg.max_new_tokens + 1)
 
     def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
         """Log-probs (every role), advantages (per role or over the team), then one PPO-clipped step per
@@ -180,12 +182,11 @@ class RayTrainer(TrainerBase):
         W = cfg.world_size
         roles_given = list(by_role)
         by_role = {role: samples for role, samples in by_role.items() if samples}
-        plan: dict[str, tuple[list[list[int]], int, list[int]]] = {}
+        plan: dict[str, tuple[list[list[int]], int, list[tuple[list[int], int]]]] = {}
         for role, samples in by_role.items():
-            costs = [self._cost(s) for s in samples]
-            shards = balance(costs, W)
-            n_micro = max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards))
-            plan[role] = (shards, n_micro, costs)
+            rows = self._rows(samples)
+            shards, n_micro = plan_shards(rows, W, cfg)
+            plan[role] = (shards, n_micro, rows)
         parallel = self._parallel_updates
         # which passes each role needs before its advantages: the policy's log-probs are the engine's (given at
         # sampling, at the sampling temperature) when the role takes one optimiser step on these samples, which is
@@ -256,11 +257,10 @@ class RayTrainer(TrainerBase):
                 continue  # every advantage is 0 (equal rewards, no KL yet): the gradient is exactly 0, no step
             # one optimiser step per mini-batch of `train_batch` samples (default: the whole batch), each balanced
             # over the ranks; an actor runs its calls in order, so they queue up correctly
-            costs = plan[role][2]
+            rows = plan[role][2]
             for idx in _mini_batches(len(samples), cfg.train_batch, cfg.seed):
-                sub = balance([costs[i] for i in idx], W)
+                sub, n_mb = plan_shards([rows[i] for i in idx], W, cfg)
                 shards_g = [[idx[j] for j in sh] for sh in sub]
-                n_mb = max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards_g))
                 step_tokens = sum(len(logp[i]) for i in idx)
                 on_policy = role in engine_lp  # one step: the step's own forward gives the old log-probs
                 train_refs[role].append(

@@ -177,31 +177,39 @@ def prompt_ids(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
     return list(ids)
 
 
-def tokenize_samples(
+def sample_rows(
     samples: Sequence[Sample], tokenizer: Any, max_prompt_tokens: int = 2048, max_response_tokens: int = 512
-) -> TokenBatch:
-    """Chat-template each prompt (truncated from the left, as the policies do) and append the response's token ids
-    (:func:`response_ids`, at most ``max_response_tokens``); pad on the right."""
-    import torch
-
-    rows, starts = [], []
+) -> list[tuple[list[int], int]]:
+    """Per sample, its tokens as the trainer sees them and the index of the first response token: the chat-templated
+    prompt (truncated from the left, as the policies do) followed by the response's token ids (:func:`response_ids`,
+    at most ``max_response_tokens``)."""
+    rows = []
     for s in samples:
         prompt = prompt_ids(tokenizer, s.messages)[-max_prompt_tokens:]
         response = response_ids(s, tokenizer)
         if s.retokenized and len(response) > max_response_tokens:  # keep the EOS that ends re-tokenised text
             response = [*response[: max_response_tokens - 1], response[-1]]
-        rows.append(prompt + response[:max_response_tokens])
-        starts.append(len(prompt))
-    width = max(len(r) for r in rows)
+        rows.append((prompt + response[:max_response_tokens], len(prompt)))
+    return rows
+
+
+def tokenize_samples(
+    samples: Sequence[Sample], tokenizer: Any, max_prompt_tokens: int = 2048, max_response_tokens: int = 512
+) -> TokenBatch:
+    """The samples' rows (:func:`sample_rows`) as right-padded tensors with a mask over the response tokens."""
+    import torch
+
+    rows = sample_rows(samples, tokenizer, max_prompt_tokens, max_response_tokens)
+    width = max(len(r) for r, _ in rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     attn = torch.zeros((len(rows), width), dtype=torch.long)
     resp = torch.zeros((len(rows), width - 1), dtype=torch.float32)
-    for i, (row, start) in enumerate(zip(rows, starts, strict=True)):
+    for i, (row, start) in enumerate(rows):
         ids[i, : len(row)] = torch.tensor(row)
         attn[i, : len(row)] = 1
         resp[i, start - 1 : len(row) - 1] = 1.0
-    return TokenBatch(ids, attn, resp, sum(starts), int(resp.sum()))
+    return TokenBatch(ids, attn, resp, sum(start for _, start in rows), int(resp.sum()))
 
 
 def response_ids(sample: Sample, tokenizer: Any) -> list[int]:

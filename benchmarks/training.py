@@ -88,7 +88,7 @@ def bench_update(prompts: int = 8, per_prompt: int = 2) -> list[dict[str, Any]]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from baselines.distributed import RoleWorker
+    from baselines.distributed import RoleWorker, plan_shards
     from baselines.models import resolve_model
     from baselines.presets import PRESETS
     from baselines.samples import prompt_ids, tokenize_samples
@@ -106,7 +106,7 @@ def bench_update(prompts: int = 8, per_prompt: int = 2) -> list[dict[str, Any]]:
 
     # ours: the reference pass (as after a role's first step) and one step, old log-probs from its own pass
     worker = RoleWorker("code_executor", 0, 1, _free_port(), path, cfg)
-    n_micro = -(-len(samples) // cfg.micro_batch)
+    _, n_micro = plan_shards(worker._rows(samples), 1, cfg)  # the demo's passes: prefix packs (a prompt's samples)
     short = samples[:1]
     zero = [torch.zeros(len(short[0].response_ids))]
     worker.logprobs(short, 1)  # warm-up: first-call allocations, and AdamW's states (a step on zero advantages:

@@ -266,6 +266,7 @@ def _train_config(args: argparse.Namespace):
         truncated=args.truncated,
         max_new_tokens=args.max_new_tokens,
         micro_batch=args.micro_batch,
+        pack_tokens=args.pack_tokens,
         zero_stage=args.zero_stage,
         gradient_checkpointing=True if args.gradient_checkpointing else None,
         rollout_logprobs=False if args.no_rollout_logprobs else None,
@@ -525,6 +526,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature of the rollouts")
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per reply")
     p.add_argument("--micro-batch", type=int, default=None, help="sequences per forward/backward pass")
+    p.add_argument(
+        "--pack-tokens",
+        type=int,
+        default=None,
+        help="forward/backward over prefix-shared packs of at most this many distinct tokens (0: padded micro-batches)",
+    )
     p.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), default=None, help="DeepSpeed ZeRO stage")
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward")
     p.add_argument(

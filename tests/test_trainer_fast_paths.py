@@ -66,6 +66,82 @@ def _worker_checks(queue) -> None:
     queue.put(out)
 
 
+def _packed_checks(queue) -> None:
+    import os
+    import socket
+
+    import torch
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from baselines.config import TrainConfig
+    from baselines.distributed import RoleWorker
+    from baselines.models import tiny_model_dir
+    from baselines.samples import Sample
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = str(tiny_model_dir())
+    gen = torch.Generator().manual_seed(1)
+    samples = []
+    for i in range(3):  # three prompts with a common system prompt, two responses each (one pair starts alike)
+        messages = [
+            {"role": "system", "content": "You are a careful solver. " * 4},
+            {"role": "user", "content": f"problem {i}: " + "word " * (2 + 3 * i)},
+        ]
+        first = torch.randint(5, 200, (6,), generator=gen).tolist()
+        for k in range(2):
+            tail = torch.randint(5, 200, (5 + i + k,), generator=gen).tolist()
+            ids = first + tail if i == 0 else tail + first
+            samples.append(Sample("r", "r_0", str(i), "t", 0, 1, messages, "x", 0.5, 0.0, ids))
+    adv = [torch.full((len(s.response_ids),), (-1.0) ** i * (1 + i / 3)) for i, s in enumerate(samples)]
+    tokens = sum(len(s.response_ids) for s in samples)
+    base = dict(model=path, zero_stage=0, lr=1e-3, temperature=0.7, max_new_tokens=16)
+    dense = RoleWorker("r", 0, 1, port, path, TrainConfig(micro_batch=2, **base))
+    packed = RoleWorker("r", 0, 1, port, path, TrainConfig(micro_batch=2, pack_tokens=120, **base))
+    rows = packed._rows(samples)
+    from baselines.packing import distinct_tokens, pack_samples
+
+    packs = pack_samples(rows, 120)
+    out = {
+        "packs": len(packs),
+        "saved": 1 - sum(distinct_tokens([rows[i] for i in p]) for p in packs) / sum(len(r) for r, _ in rows),
+    }
+    lp_d = dense.logprobs(samples, 3, policy=True, ref=False)
+    lp_p = packed.logprobs(samples, len(packs) + 1, policy=True, ref=False)  # one dummy pass past the packs
+    out["logp_gap"] = max(float((x - y).abs().max()) for (x, _), (y, _) in zip(lp_d, lp_p, strict=True))
+    initial = {k: v.detach().clone() for k, v in dense.engine.module.state_dict().items()}
+    sd = dense.train_step(samples, adv, None, tokens, 3, 1e-3)
+    sp = packed.train_step(samples, adv, None, tokens, len(packs), 1e-3)
+    a, b = dense.engine.module.state_dict(), packed.engine.module.state_dict()
+    out["moved"] = max(float((a[k] - initial[k]).abs().max()) for k in initial)
+    out["weights_gap"] = max(float((a[k] - b[k]).abs().max()) for k in initial)
+    out["loss"] = (sd["loss"], sp["loss"])
+    out["tokens"] = (sd["rank_tokens"], sp["rank_tokens"])
+    out["grad_norm"] = (sd["grad_norm"], sp["grad_norm"])
+    queue.put(out)
+
+
+@needs_deepspeed
+def test_prefix_packs_train_as_padded_micro_batches_do():
+    """A RoleWorker with ``pack_tokens`` returns the same log-probs and takes the same optimiser step as one with
+    padded micro-batches, with fewer positions computed."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_packed_checks, args=(queue,))
+    proc.start()
+    out = queue.get(timeout=600)
+    proc.join(60)
+    assert out["packs"] < 6 and out["saved"] > 0.2, out  # the shared prefixes were packed
+    assert out["logp_gap"] < 1e-5, out
+    assert out["tokens"][0] == out["tokens"][1], out
+    assert abs(out["loss"][0] - out["loss"][1]) < 1e-6, out
+    assert abs(out["grad_norm"][0] - out["grad_norm"][1]) < 1e-4 * out["grad_norm"][0], out  # the same gradient
+    assert out["moved"] > 5e-4, out  # a step that moved the weights (AdamW's first step: ~lr 1e-3 each) ...
+    # ... alike, up to float rounding that AdamW's first step (g / |g|) amplifies where a gradient is ~0
+    assert out["weights_gap"] < 0.02 * out["moved"], out
+
+
 @needs_deepspeed
 def test_the_fast_paths_compute_what_the_slow_ones_did():
     ctx = mp.get_context("spawn")
