@@ -413,9 +413,9 @@ def activation_bytes(shape: ModelShape, cfg: TrainConfig, bytes_per_param: int, 
     """Peak activation memory of one micro-batch's forward and backward pass (bytes)."""
     tokens = cfg.micro_batch * (cfg.max_prompt_tokens + cfg.max_new_tokens)
     response_tokens = cfg.micro_batch * (cfg.max_new_tokens + 1)
-    if cfg.pack_tokens:  # a prefix pack: its distinct tokens, any of them a response token (logits at most each)
+    if cfg.pack_tokens:  # a prefix pack: its distinct tokens, half of them at most response tokens (logits)
         tokens = max(cfg.pack_tokens, cfg.max_prompt_tokens + cfg.max_new_tokens)  # a longer row is a pack alone
-        response_tokens = cfg.pack_tokens
+        response_tokens = max(cfg.pack_tokens // 2, cfg.max_new_tokens + 1)
     b = bytes_per_param
     full_layer = _layer_coefficient() * (2 * shape.hidden_size + shape.intermediate_size) * b
     if checkpointing:

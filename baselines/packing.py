@@ -38,7 +38,9 @@ def _lcp(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def pack_samples(rows: Sequence[Row], budget: int) -> list[list[int]]:
-    """Row indices in packs of at most ``budget`` distinct tokens each (a row longer than ``budget`` alone).
+    """Row indices in packs of at most ``budget`` distinct tokens each, of which at most ``budget // 2`` response
+    tokens (their logits are the pack's other large activation: the memory check counts that many); a row over
+    either bound is a pack alone.
 
     Rows are taken in the order of their tokens: a row's longest common prefix with the rows before it in that
     order is the one with its predecessor, so a pack's distinct tokens are its rows' lengths less those prefixes.
@@ -47,17 +49,19 @@ def pack_samples(rows: Sequence[Row], budget: int) -> list[list[int]]:
         raise ValueError(f"budget must be >= 1, not {budget}")
     order = sorted(range(len(rows)), key=lambda i: (rows[i][0], i))
     packs: list[list[int]] = []
-    used = 0
+    used = responses = 0
     prev: list[int] | None = None
     for i in order:
-        ids = rows[i][0]
+        ids, start = rows[i]
         new = len(ids) - (_lcp(prev, ids) if prev is not None else 0)
-        if packs and used + new <= budget:
+        resp = len(ids) - max(start, _lcp(prev, ids) if prev is not None else 0)  # response tokens not shared
+        if packs and used + new <= budget and responses + resp <= budget // 2:
             packs[-1].append(i)
             used += new
+            responses += resp
         else:
             packs.append([i])
-            used = len(ids)
+            used, responses = len(ids), len(ids) - start
         prev = ids
     return packs
 

@@ -76,9 +76,12 @@ def test_packs_hold_their_budget_and_every_row_once():
         assert sorted(i for p in packs for i in p) == list(range(len(rows)))
         for p in packs:
             n = distinct_tokens([rows[i] for i in p])
-            assert n <= budget or len(p) == 1  # a row longer than the budget is a pack alone
-            assert build_pack([rows[i] for i in p]).tokens == n
+            pack = build_pack([rows[i] for i in p])
+            # a row over the budget is a pack alone; half the budget at most is response tokens (logits)
+            assert (n <= budget and len(pack.target_ids) <= budget // 2) or len(p) == 1
+            assert pack.tokens == n
     assert len(pack_samples(rows, 1000)) == 1 and distinct_tokens(rows) == 18  # repeats cost nothing
+    assert len(pack_samples(rows, 20)) == 2  # their 18 distinct tokens fit 20, their 11 response tokens not 10
     with pytest.raises(ValueError):
         pack_samples(rows, 0)
     with pytest.raises(ValueError, match="prompt and a response"):
