@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Protocol
 
 from ..grading import extract_answer, math_equal
@@ -67,6 +68,48 @@ class CoachStats:
 # ---------------------------------------------------------------------------------------------- rule-based
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _CANNOT_VERIFY = ("cannot verify", "can't verify", "could not verify", "unable to verify", "failed", "error")
+_CODE_BLOCK = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL)
+_BOXED_IN_PROMPT = re.compile(r"\\boxed\{([^{}]*)\}")
+_PLACEHOLDERS = {"", "answer", "your answer", "final answer", "the answer", "number", "...", "x"}
+_STEP = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([-+*/×x÷])\s*(\d+(?:\.\d+)?)\s*=\s*(-?\d+(?:\.\d+)?)")
+
+
+def _numbers(text: str) -> set[Fraction]:
+    """The numbers written in ``text`` (exact; ``12`` and ``12.0`` are one)."""
+    return {Fraction(v) for v in _NUMBER.findall(text)}
+
+
+def _normalized_code(code: str) -> str:
+    return re.sub(r"\s+", "", re.sub(r"#.*", "", code))
+
+
+def _code_uses(code: str, numbers: set[Fraction]) -> bool:
+    """Whether the code writes one of ``numbers`` as a literal (names and strings aside)."""
+    literals = re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])", re.sub(r"#.*", "", code))
+    return any(Fraction(v) in numbers for v in literals)
+
+
+def _steps(text: str) -> list[tuple[Fraction, str, Fraction, Fraction, bool]]:
+    """The calculations ``a op b = c`` written in ``text``, each with whether it is right."""
+    out = []
+    for a, op, b, c in _STEP.findall(text):
+        x, y, z = Fraction(a), Fraction(b), Fraction(c)
+        if op == "+":
+            value = x + y
+        elif op == "-":
+            value = x - y
+        elif op in "*×x":
+            value = x * y
+        else:
+            value = x / y if y else None
+        out.append((x, op, y, z, value == z))
+    return out
+
+
+def _as_number(answer: str) -> Fraction | None:
+    from ..grading import to_number
+
+    return to_number(answer)
 
 
 @dataclass
@@ -89,6 +132,12 @@ class RuleBasedCoach:
     Outcome (final agent, when the env scored a submission instead of giving a ground truth): a valid submission
     +2, +1 more if it beats the trivial baseline; an invalid one -3, or +0 when an earlier role's artifact is
     missing.
+    Gaming (issue 16): code that copies a worked example of the agent's system prompt earns nothing for running:
+    -2 in place of the +3/+1; on a math task, code that writes none of the problem's numbers -1 in place of them.
+    A ``\boxed{}`` holding a placeholder (``answer``, empty...) or a value boxed in the agent's system prompt (an
+    example's answer) that is not a number of the task counts as no answer (-2).
+    Calculations (answer roles, math tasks): a wrong ``a op b = c`` in the reply -1; else a boxed answer that is
+    the result of a right calculation on the problem's numbers +1.
     """
 
     expected_files: dict[str, tuple[str, ...]] | None = None
@@ -108,6 +157,15 @@ class RuleBasedCoach:
         out = inp.output.strip()
         if not out:
             adjust(-5, "empty reply")
+        math_task = inp.task_type == "math"
+        task_numbers = _numbers(inp.task) if math_task else set()
+        examples = {_normalized_code(c) for c in _CODE_BLOCK.findall(inp.system_prompt)} - {""}
+        blocks = [b for b in _CODE_BLOCK.findall(out) if b.strip()]
+        gamed: tuple[float, str] | None = None  # code that runs but earns nothing for it
+        if blocks and any(_normalized_code(b) in examples for b in blocks):
+            gamed = (-2, "copies the worked example's code")
+        elif blocks and task_numbers and not any(_code_uses(b, task_numbers) for b in blocks):
+            gamed = (-1, "code uses none of the problem's numbers")
         fb = inp.tool_feedback
         expected = self.expected_files if self.expected_files is not None else dict(inp.artifacts)
         present = {f.path for f in inp.files}
@@ -118,9 +176,12 @@ class RuleBasedCoach:
             elif not fb:
                 adjust(-2, "a tool role that ran no code")
             elif "Execution status: ok" in fb:
-                adjust(+3, "code ran without error")
-                if "stdout:" in fb:
-                    adjust(+1, "code printed output")
+                if gamed:
+                    adjust(*gamed)
+                else:
+                    adjust(+3, "code ran without error")
+                    if "stdout:" in fb:
+                        adjust(+1, "code printed output")
             elif "Execution status: timeout" in fb or "Execution status: oom" in fb:
                 adjust(-4, "code timed out or ran out of memory")
             elif "Execution status: worker_lost" in fb:
@@ -153,10 +214,25 @@ class RuleBasedCoach:
                 adjust(-3, f"no valid submission ({inp.outcome.get('reason', '')})")
         if inp.role in self.answer_roles or (inp.is_final and inp.ground_truth is not None):
             answer = extract_answer(out)
-            if answer is None:
+            value = _as_number(answer) if answer is not None else None
+            shown = {b.strip() for b in _BOXED_IN_PROMPT.findall(inp.system_prompt)}
+            if answer is not None and (
+                answer.strip().lower() in _PLACEHOLDERS or (answer.strip() in shown and value not in task_numbers)
+            ):
+                adjust(-2, f"\\boxed{{{answer.strip()}}} is a placeholder or its prompt's example, not an answer")
+                answer = value = None
+            elif answer is None:
                 adjust(-2, "no \\boxed{} answer")
             else:
                 adjust(+1, "gives a \\boxed{} answer")
+            if math_task:
+                steps = _steps(re.sub(r"```.*?(?:```|$)", "", out, flags=re.DOTALL))
+                wrong = [st for st in steps if not st[4]]
+                if wrong:
+                    a, op, b, c, _ = wrong[0]
+                    adjust(-1, f"a wrong calculation ({a} {op} {b} = {c})")
+                elif value is not None and any(st[3] == value and {st[0], st[2]} & task_numbers for st in steps):
+                    adjust(+1, "its answer is the result of a right calculation on the problem's numbers")
             if inp.upstream_failures and any(k in out.lower() for k in _CANNOT_VERIFY):
                 adjust(+2, "acknowledges an upstream tool failure")
             printed = [v for text in inp.upstream_stdout for v in _NUMBER.findall(text)[-1:]]

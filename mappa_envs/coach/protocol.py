@@ -73,6 +73,9 @@ class CoachInput:
     outcome: dict[str, Any] | None = None
     """The host's scoring of the episode (final agent's last action only), e.g. DSBench's submission validity,
     metric and quality. Shown to the coach when the task has no single ground-truth answer."""
+    system_prompt: str = ""
+    """The agent's system prompt (its role and any worked example it was shown): a rule-based coach recognises a
+    copied example by it (:class:`mappa_envs.coach.RuleBasedCoach`)."""
 
     def key(self) -> str:
         """Cache key: a hash of the whole input."""
@@ -294,4 +297,5 @@ def inputs_for_episode(
         outcome=outcome,
         tools=tuple(tools),
         role_guidance=guidance,
+        system_prompt=next((m["content"] for m in action.messages[:1] if m["role"] == "system"), ""),
     )

@@ -15,6 +15,10 @@ split               tasks  contents
 ``arith-train``     512    easy arithmetic word problems, generated with seed 0 (a training pool for small
                            models, not a benchmark)
 ``arith-eval``      64     the same generator, seed 1, disjoint from ``arith-train``
+``arith1-train``    512    one-operation word problems (``+ - x /`` on two integers from 2 to 20), seed 10:
+                           sized for small models (SmolLM2-135M), a training pool, not a benchmark
+``arith1-eval``     128    the same generator, seed 11, each problem's (operation, operands) absent from
+                           ``arith1-train``: held out by computation, not only by wording
 ==================  =====  ==========================================================================
 
 The reference's AIME pool contains 16 of the 32 AIME evaluation problems and its AMC pool all 32 AMC evaluation
@@ -49,6 +53,8 @@ SPLITS = (
     "amc-eval-32",
     "arith-train",
     "arith-eval",
+    "arith1-train",
+    "arith1-eval",
 )
 
 
@@ -153,6 +159,17 @@ def load_split(split: str) -> tuple[Task, ...]:
     if split == "arith-eval":
         train = {t.prompt for t in load_split("arith-train")}
         return tuple(t for t in arithmetic_problems(80, seed=1, prefix="arith-eval") if t.prompt not in train)[:64]
+    if split == "arith1-train":
+        return tuple(one_operation_problems(512, seed=10, prefix="arith1-train"))
+    if split == "arith1-eval":
+        seen = {_computation(t) for t in load_split("arith1-train")}
+        pool = one_operation_problems(400, seed=11, prefix="arith1-eval")
+        fresh, kept = [], set()
+        for t in pool:
+            if _computation(t) not in seen and _computation(t) not in kept:
+                kept.add(_computation(t))
+                fresh.append(t)
+        return tuple(fresh[:128])
     raise ValueError(f"unknown MathChat split {split!r}; choose one of {SPLITS}")
 
 
@@ -195,4 +212,59 @@ def arithmetic_problems(n: int, seed: int, prefix: str = "arith") -> list[Task]:
             )
             answer = 2 * (a + b)
         tasks.append(Task(id=f"{prefix}/{i}", prompt=prompt, answer=str(answer), metadata={"kind": kind}))
+    return tasks
+
+
+ONE_OPERATION_RANGE = (2, 20)
+"""Operands of :func:`one_operation_problems` (inclusive). Worked examples shown to the models (the ``small``
+prompt style, :mod:`mappa_envs.tasks.mathchat.prompts`) use numbers outside it, so a copied example is wrong."""
+
+_ONE_OP_ITEMS = ("apples", "marbles", "stickers", "books", "pencils", "cookies", "stamps", "shells", "cards", "toys")
+
+
+def _computation(task: Task) -> tuple:
+    m = task.metadata
+    return (m["op"], m["a"], m["b"])
+
+
+def one_operation_problems(n: int, seed: int, prefix: str = "arith1") -> list[Task]:
+    """``n`` word problems of one operation on two integers in :data:`ONE_OPERATION_RANGE`: ``a + b``, ``a - b``
+    (``a > b``), ``a x b``, and ``(a x b) / a`` (exact division), in varied wordings; deterministic in ``seed``.
+    Each task's metadata holds ``op``, ``a``, ``b`` (for held-out splits disjoint by computation)."""
+    lo, hi = ONE_OPERATION_RANGE
+    rng = np.random.default_rng(seed)
+    tasks = []
+    for i in range(n):
+        name = _NAMES[rng.integers(len(_NAMES))]
+        item = _ONE_OP_ITEMS[rng.integers(len(_ONE_OP_ITEMS))]
+        op = ("add", "sub", "mul", "div")[int(rng.integers(4))]
+        a, b = (int(x) for x in rng.integers(lo, hi + 1, size=2))
+        wording = int(rng.integers(2))
+        if op == "add":
+            prompt = (
+                f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?",
+                f"There are {a} {item} in a box and {b} {item} on the table. How many {item} are there in all?",
+            )[wording]
+            answer = a + b
+        elif op == "sub":
+            a, b = max(a, b) + (a == b), min(a, b)  # more than is taken away
+            prompt = (
+                f"{name} has {a} {item} and gives {b} of them away. How many {item} does {name} have left?",
+                f"A jar holds {a} {item}. {name} takes out {b}. How many {item} are still in the jar?",
+            )[wording]
+            answer = a - b
+        elif op == "mul":
+            prompt = (
+                f"{name} has {a} bags with {b} {item} in each bag. How many {item} does {name} have?",
+                f"Each of {a} shelves holds {b} {item}. How many {item} are on the shelves?",
+            )[wording]
+            answer = a * b
+        else:
+            prompt = (
+                f"{name} shares {a * b} {item} equally among {a} friends. How many {item} does each friend get?",
+                f"{a * b} {item} are packed into {a} equal boxes. How many {item} are in each box?",
+            )[wording]
+            answer = b
+        meta = {"op": op, "a": a, "b": b}
+        tasks.append(Task(id=f"{prefix}/{i}", prompt=prompt, answer=str(answer), metadata=meta))
     return tasks

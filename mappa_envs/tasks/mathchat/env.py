@@ -14,11 +14,13 @@ terminal infos      ``predicted`` (str or None), ``answer``, ``correct`` (bool)
 
 Arguments: ``split`` (see :mod:`mappa_envs.tasks.mathchat.data`), or ``tasks`` (a list of ``Task`` or dicts with
 ``prompt`` and ``answer``), or ``data_file`` (JSON list / JSON lines); ``sandbox`` (backend name or instance);
-``code_executor_turns``; the text limits of :class:`~mappa_envs.core.PipelineEnv`.
+``code_executor_turns``; ``prompt_style`` (``"paper"``, the default: the paper's prompts, for AIME/AMC; ``"small"``:
+one worked example per role, for small models, with ``arith1-*``); the text limits of
+:class:`~mappa_envs.core.PipelineEnv`.
 
 Held-out tasks (:meth:`MathChatEnv.heldout_kwargs`): the split asked for (``TrainConfig.eval_split``), else the
 eval split of the training split: ``aime-train`` -> ``aime-eval-32``, ``amc-train`` -> ``amc-eval-32``,
-``arith-train`` -> ``arith-eval``.
+``arith-train`` -> ``arith-eval``, ``arith1-train`` -> ``arith1-eval``.
 
 Version history: v0, initial release.
 """
@@ -39,22 +41,40 @@ HELDOUT = {
     "aime-train-512": "aime-eval-32",
     "amc-train": "amc-eval-32",
     "arith-train": "arith-eval",
+    "arith1-train": "arith1-eval",
 }
 """The held-out split of each training split (evaluation without an explicit ``split``)."""
 
 
-def mathchat_roles(code_executor_turns: int = 2) -> tuple[Role, ...]:
+def mathchat_roles(code_executor_turns: int = 2, prompt_style: str = "paper") -> tuple[Role, ...]:
+    """The three roles with the prompts of ``prompt_style`` (:data:`prompts.STYLES`): ``"paper"``, the paper's
+    instructions; ``"small"``, short instructions with one worked example each (numbers outside the one-operation
+    pool) for small models."""
+    if prompt_style not in prompts.STYLES:
+        raise ValueError(f"prompt_style must be one of {prompts.STYLES}, not {prompt_style!r}")
+    p = prompts
+    small = prompt_style == "small"
     return (
-        Role("problem_solver", prompts.PROBLEM_SOLVER_SYSTEM, prompts.PROBLEM_SOLVER_INSTRUCTION, max_turns=1),
+        Role(
+            "problem_solver",
+            p.SMALL_PROBLEM_SOLVER_SYSTEM if small else p.PROBLEM_SOLVER_SYSTEM,
+            p.SMALL_PROBLEM_SOLVER_INSTRUCTION if small else p.PROBLEM_SOLVER_INSTRUCTION,
+            max_turns=1,
+        ),
         Role(
             "code_executor",
-            prompts.CODE_EXECUTOR_SYSTEM,
-            prompts.CODE_EXECUTOR_INSTRUCTION,
+            p.SMALL_CODE_EXECUTOR_SYSTEM if small else p.CODE_EXECUTOR_SYSTEM,
+            p.SMALL_CODE_EXECUTOR_INSTRUCTION if small else p.CODE_EXECUTOR_INSTRUCTION,
             max_turns=code_executor_turns,
             tools=(PYTHON_TOOL,),
-            continue_instruction=prompts.CODE_EXECUTOR_CONTINUE,
+            continue_instruction=p.SMALL_CODE_EXECUTOR_CONTINUE if small else p.CODE_EXECUTOR_CONTINUE,
         ),
-        Role("verifier", prompts.VERIFIER_SYSTEM, prompts.VERIFIER_INSTRUCTION, max_turns=1),
+        Role(
+            "verifier",
+            p.SMALL_VERIFIER_SYSTEM if small else p.VERIFIER_SYSTEM,
+            p.SMALL_VERIFIER_INSTRUCTION if small else p.VERIFIER_INSTRUCTION,
+            max_turns=1,
+        ),
     )
 
 
@@ -71,6 +91,7 @@ class MathChatEnv(PipelineEnv):
         tasks: Sequence[Task | dict[str, Any]] | None = None,
         data_file: str | None = None,
         code_executor_turns: int = 2,
+        prompt_style: str = "paper",
         **kwargs: Any,
     ):
         if tasks is not None:
@@ -80,7 +101,8 @@ class MathChatEnv(PipelineEnv):
         else:
             task_list = list(load_split(split))
         self.split = split if tasks is None and data_file is None else None
-        super().__init__(mathchat_roles(code_executor_turns), task_list, **kwargs)
+        self.prompt_style = prompt_style
+        super().__init__(mathchat_roles(code_executor_turns, prompt_style), task_list, **kwargs)
 
     @classmethod
     def heldout_kwargs(cls, train_kwargs: Mapping[str, Any], split: str | None = None) -> dict[str, Any] | None:
