@@ -97,6 +97,8 @@ def role_metrics(records: list[EpisodeRecord], role: str, samples: list[Sample])
     scores = [float(s.coach["score"]) for s in samples if s.coach] or [s.reward * 10 for s in samples]
     return {
         "mean_coach_score": float(np.mean(scores)) if scores else 0.0,
+        # 0 with several samples: every advantage of the role is 0 (REINFORCE++'s normalisation), it does not learn
+        "coach_score_std": float(np.std(scores)) if scores else 0.0,
         "mean_reward": float(np.mean([s.reward for s in samples])) if samples else 0.0,
         "tool_call_rate": sum(bool(a.tool_calls) for a in acts) / len(acts) if acts else 0.0,
         "tool_success_rate": (sum(c.result.ok for c in tool) / len(tool)) if tool else 0.0,
@@ -223,7 +225,7 @@ class TrainerBase:
         import warnings
 
         from mappa_envs.heldout import heldout_env_kwargs
-        from mappa_envs.metrics import accuracy, role_stats
+        from mappa_envs.metrics import accuracy, outcome_key, role_behaviour, role_stats
 
         k = samples or self.cfg.eval_samples
         kwargs = heldout_env_kwargs(self.cfg.env_id, self.cfg.env_kwargs, split)
@@ -260,7 +262,10 @@ class TrainerBase:
             "samples_per_problem": k,
             "code_rate": ce.code_rate if ce else 0.0,
             "tool_success_rate": ce.tool_success_rate if ce else 0.0,
+            "behaviour": role_behaviour(records),
             "task_ids": [r.task_id for r in records],
+            # per episode, in order (problem i // k, sample i % k): what a paired test before/after compares
+            "outcomes": [bool(r.outcome.get(outcome_key(records))) for r in records],
         }
 
     # ----------------------------------------------------------------- checkpoints

@@ -34,14 +34,42 @@ PRESETS: dict[str, TrainConfig] = {
         lr_schedule="constant",
         out_dir="runs/smoke",
     ),
-    # The README's main job: the bundled SmolLM2-135M per role, REINFORCE++ with the rule-based coach, easy
-    # arithmetic word problems (a training pool, not a benchmark), held-out problems evaluated before and after.
-    # Sized for 2 CPU cores and 24 GB, where three vLLM engines (~2.8 GB each) and three trainer ranks share them:
-    # ZeRO stage 0 (one rank per role: ZeRO-3 would only add ~2 GB per role), one sample per micro-batch and no
-    # gradient checkpointing (measured on the demo's samples: micro-batches of 1 without checkpointing took 42 s
-    # for a role's log-probs and step and peaked at 3.8 GB; 2 with checkpointing 53 s and 3.6 GB; 2 without 44 s
-    # and 5.3 GB: on a CPU one ~700-token sequence already fills the matrix units, and nothing is padded).
+    # The README's main job: the bundled SmolLM2-135M per role, REINFORCE++ with the rule-based coach, on
+    # one-operation word problems in the small-model prompt style (one worked example per role: the model follows a
+    # format only when shown one), the 128 held-out problems of arith1-eval evaluated greedily before and after,
+    # with an exact paired test (issue 16). Sized for 2 CPU cores and 24 GB, where three vLLM engines (~2.8 GB
+    # each) and three trainer ranks share them: ZeRO stage 0 (one rank per role: ZeRO-3 would only add ~2 GB per
+    # role), no gradient checkpointing (on a CPU one ~700-token sequence already fills the matrix units), prefix
+    # packs of up to 768 tokens (a prompt's two samples and an agent's turns share their prefixes; measured on
+    # the previous demo's rollouts, packs of 768 or 1152 took ~0.8x the time of rows one at a time, and 1152-token
+    # packs raised a trainer's peak to 4.7 GB where rows of ~700 tokens took 3.8). Settings were chosen on
+    # arith1-dev, never on arith1-eval.
     "demo": TrainConfig(
+        env_kwargs={"split": "arith1-train", "prompt_style": "small"},
+        iterations=12,
+        prompts_per_iteration=8,
+        samples_per_prompt=2,  # the same episodes for every arm of `mappa ablate --preset demo` (GRPO needs 2)
+        max_new_tokens=128,
+        max_prompt_tokens=1024,
+        lr=2e-5,
+        temperature=0.7,
+        micro_batch=1,
+        pack_tokens=768,
+        zero_stage=0,
+        gradient_checkpointing=False,
+        concurrency=32,
+        eval_episodes=128,
+        eval_split="arith1-eval",
+        eval_temperature=0.0,  # greedy: one answer per problem, the same problems before and after (paired)
+        # a reply cut at max_new_tokens still carries its coach score (the coach scores cut code as code that did
+        # not run); masked, as the reference masks them at 4096, a role could be left with nothing to learn from
+        truncated="keep",
+        lr_schedule="constant",
+        out_dir="runs/demo",
+    ),
+    # The demo before issue 16 (two- and three-operation problems, the paper's prompts, 16 held-out problems): kept
+    # as the fixed workload of the throughput comparison in the README (issue 15), not as a demonstration.
+    "demo-arith": TrainConfig(
         iterations=4,
         prompts_per_iteration=8,
         samples_per_prompt=1,
@@ -50,22 +78,15 @@ PRESETS: dict[str, TrainConfig] = {
         lr=2e-5,
         temperature=0.7,
         micro_batch=1,
-        # prefix packs of up to one full-length row (the memory of a micro-batch of 1): the code executor's second
-        # turn holds its first whole and every prompt starts with its role's system prompt; measured on the demo's
-        # rollouts, 24% fewer trained tokens (the code executor's: 31%), its forward+backward ~0.8x the time
-        pack_tokens=1152,
+        pack_tokens=768,
         zero_stage=0,
         gradient_checkpointing=False,
         concurrency=16,
         eval_episodes=16,
         eval_split="arith-eval",
-        # at 128 new tokens most of the small model's solver replies are cut (11 of 12 in one measured iteration):
-        # masked, as the reference masks them at 4096, the solver would have almost nothing to learn from; the
-        # coach already scores cut code as code that did not run
         truncated="keep",
-        # 4 iterations: the reference's cosine decay would run the last two at 78% and 33% of the rate
         lr_schedule="constant",
-        out_dir="runs/demo",
+        out_dir="runs/demo-arith",
     ),
 }
 

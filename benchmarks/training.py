@@ -12,9 +12,12 @@ beside a reference measured in the same run.
   generating the same prompts (every request the rollout sent, each engine's in one batch, all submitted at once,
   prefix cache reset). Then the weight sync of one role, trainer rank -> engine, against copying the same state
   dict in memory.
-- :func:`bench_demo_iteration`: one demo iteration (``mappa train --preset demo --iterations 1``) with the
-  current settings against the same with the previous demo's (micro-batches of 2 with gradient checkpointing, the
-  trainer's own policy pass): wall seconds per episode.
+- :func:`bench_demo_iteration`: one iteration of issue 15's demo workload (``mappa train --preset demo-arith
+  --iterations 1``) with the current settings against the same with the previous demo's (micro-batches of 2 with
+  gradient checkpointing, no prefix packs, the trainer's own policy pass): wall seconds per episode.
+
+The rows run on ``demo-arith``, the demo as it was when issue 15 set these figures (the paper's prompts, two- and
+three-operation problems: ~600-token prompts), so that they stay comparable across versions of the demo.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ def bench_update(prompts: int = 8, per_prompt: int = 2) -> list[dict[str, Any]]:
     from baselines.samples import prompt_ids, tokenize_samples
 
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    cfg = PRESETS["demo"]
+    cfg = PRESETS["demo-arith"]
     path = resolve_model(cfg.model)
     tok = AutoTokenizer.from_pretrained(path)
     samples = mathchat_length_samples(tok, prompts, per_prompt, response_tokens=cfg.max_new_tokens)
@@ -272,7 +275,7 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
     from baselines.ray_trainer import ray_init
     from baselines.rollout import run_episodes
 
-    cfg: TrainConfig = PRESETS["demo"]
+    cfg: TrainConfig = PRESETS["demo-arith"]
     path = resolve_model(cfg.model)
     tok = AutoTokenizer.from_pretrained(path)
     ray_init(cfg)
@@ -387,7 +390,8 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
 
 # ---------------------------------------------------------------------------------------------- demo iteration
 PREVIOUS_DEMO = [
-    "--micro-batch", "2", "--gradient-checkpointing", "--no-rollout-logprobs", "--concurrent-generation",
+    "--micro-batch", "2", "--pack-tokens", "0", "--gradient-checkpointing", "--no-rollout-logprobs",
+    "--concurrent-generation",
 ]  # fmt: skip
 """The previous demo's settings (micro-batches of 2 with gradient checkpointing, the trainer's own policy pass,
 every role's engine generating at once). The smaller changes made with them are not switchable (micro-batches in
@@ -399,7 +403,7 @@ def bench_demo_iteration() -> dict[str, Any]:
     def run(extra: list[str]) -> float:
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [
-                sys.executable, "-m", "mappa_envs.cli", "train", "--preset", "demo", "--iterations", "1",
+                sys.executable, "-m", "mappa_envs.cli", "train", "--preset", "demo-arith", "--iterations", "1",
                 "--eval-episodes", "0", "--out", tmp, "--no-progress", *extra,
             ]  # fmt: skip
             done = subprocess.run(cmd, capture_output=True, text=True)

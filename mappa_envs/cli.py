@@ -192,6 +192,56 @@ def _fmt_eval(e: dict) -> str:
     )
 
 
+BEHAVIOUR = (
+    ("boxed_rate", "boxed answer"),
+    ("right_answer_rate", "right answer"),
+    ("code_rate", "code"),
+    ("tool_success_rate", "tool success"),
+    ("right_number_rate", "right number printed"),
+)
+
+
+def _fmt_behaviour(before: dict, after: dict) -> list[str]:
+    """Per role, each behaviour figure that is not 0 before and after: ``before -> after``."""
+    lines = []
+    for role, b in (before.get("behaviour") or {}).items():
+        a = (after.get("behaviour") or {}).get(role, {})
+        parts = [
+            f"{label} {b.get(key, 0):.0%} -> {a.get(key, 0):.0%}"
+            for key, label in BEHAVIOUR
+            if b.get(key, 0) or a.get(key, 0)
+        ]
+        if parts:
+            lines.append(f"  {role}: " + ", ".join(parts))
+    return lines
+
+
+def paired_change(before: dict, after: dict) -> dict | None:
+    """The exact McNemar test between two evaluations of the same held-out episodes (``outcomes`` in the same
+    task order), or None when they are not the same episodes."""
+    from .metrics import mcnemar_exact, wilson_interval
+
+    if before.get("task_ids") != after.get("task_ids") or "outcomes" not in before or "outcomes" not in after:
+        return None
+    test = mcnemar_exact(before["outcomes"], after["outcomes"])
+    return {
+        **test,
+        "accuracy_before": before["accuracy"],
+        "accuracy_after": after["accuracy"],
+        "ci95_before": list(wilson_interval(before["correct"], before["episodes"])),
+        "ci95_after": list(wilson_interval(after["correct"], after["episodes"])),
+    }
+
+
+def _fmt_paired(p: dict) -> str:
+    return (
+        f"accuracy {p['accuracy_before']:.1%} [{p['ci95_before'][0]:.0%}, {p['ci95_before'][1]:.0%}] -> "
+        f"{p['accuracy_after']:.1%} [{p['ci95_after'][0]:.0%}, {p['ci95_after'][1]:.0%}]; paired (exact McNemar, "
+        f"{p['pairs']} episodes): {p['gained']} gained, {p['lost']} lost, p = {p['p_value']:.3g} two-sided "
+        f"({p['p_value_gain']:.3g} for a gain)"
+    )
+
+
 def _config_table(cfg) -> str:
     """The configuration's fields, two to a line."""
     import dataclasses
@@ -353,7 +403,14 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
         evaluate("before")
 
         def report(m: dict) -> None:
-            keys = ("mean_coach_score", "tool_success_rate", "loss", "kl")
+            for r in trainer.roles:
+                if r in m and m[r].get("samples", 0) > 1 and m[r].get("coach_score_std", 1.0) == 0.0:
+                    print(
+                        f"warning: every {r} action of iteration {m['iteration'] + 1} got the same coach score "
+                        f"({m[r].get('mean_coach_score', 0):.1f}): equal rewards give no advantage, it learns nothing",
+                        flush=True,
+                    )
+            keys = ("mean_coach_score", "coach_score_std", "tool_success_rate", "loss", "kl")
             roles = {r: {k: round(m[r][k], 3) for k in keys if k in m[r]} for r in trainer.roles if r in m}
             faults = ", ".join(
                 f"{r} {m[r].get('coach_fallbacks', 0)}/{m[r].get('coach_evaluations', 0)} fallbacks, "
@@ -372,14 +429,23 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
         trainer.train(on_iteration=report)
         evaluate("after")
         if cfg.eval_episodes:
-            for b, a in [(evals["before"], evals["after"])] + [
-                (evals["splits"][s]["before"], evals["splits"][s]["after"]) for s in cfg.eval_extra_splits
-            ]:
-                print(
-                    f"change on {a['episodes']} held-out episodes of {a['split']}: accuracy "
-                    f"{a['accuracy'] - b['accuracy']:+.1%}, code rate {a['code_rate'] - b['code_rate']:+.1%}, "
-                    f"tool success {a['tool_success_rate'] - b['tool_success_rate']:+.1%}"
-                )
+            pairs = [(evals, evals["before"], evals["after"])] + [
+                (evals["splits"][s], evals["splits"][s]["before"], evals["splits"][s]["after"])
+                for s in cfg.eval_extra_splits
+            ]
+            for holder, b, a in pairs:
+                paired = paired_change(b, a)
+                if paired is not None:
+                    holder["paired"] = paired
+                    print(f"change on {a['episodes']} held-out episodes of {a['split']}: {_fmt_paired(paired)}")
+                else:
+                    print(
+                        f"change on {a['episodes']} held-out episodes of {a['split']}: accuracy "
+                        f"{a['accuracy'] - b['accuracy']:+.1%} (not the same episodes: no paired test)"
+                    )
+                for line in _fmt_behaviour(b, a):
+                    print(line)
+            eval_path.write_text(json.dumps(evals, indent=2))
     finally:
         trainer.close()
     print(f"done in {time.monotonic() - t0:.0f}s; outputs in {cfg.out_dir} (library logs in {log_dir})")

@@ -93,3 +93,72 @@ def per_task(records: Sequence[EpisodeRecord]) -> dict[str, list[bool]]:
         if "correct" in r.outcome:
             out[r.task_id].append(bool(r.outcome["correct"]))
     return dict(out)
+
+
+def mcnemar_exact(before: Sequence[bool], after: Sequence[bool]) -> dict[str, float | int]:
+    """Exact McNemar test of paired outcomes (the same problems before and after): a binomial test, p = 1/2, on
+    the discordant pairs. ``p_value`` is two-sided; ``p_value_gain`` one-sided, for "after is better"."""
+    if len(before) != len(after):
+        raise ValueError(f"paired outcomes need equal lengths, not {len(before)} and {len(after)}")
+    gained = sum(1 for b, a in zip(before, after, strict=True) if a and not b)
+    lost = sum(1 for b, a in zip(before, after, strict=True) if b and not a)
+    n = gained + lost
+
+    def at_least(k: int) -> float:  # P(X >= k), X ~ Binomial(n, 1/2)
+        return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n if n else 1.0
+
+    return {
+        "pairs": len(before),
+        "gained": gained,
+        "lost": lost,
+        "p_value": min(1.0, 2 * min(at_least(gained), at_least(lost))) if n else 1.0,
+        "p_value_gain": at_least(gained),
+    }
+
+
+def _printed_numbers(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"-?\d+(?:\.\d+)?", text)
+
+
+def role_behaviour(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, float]]:
+    """Per role, what its actions did (MathChat's behaviour figures; roles without answers or tools get zeros):
+
+    - ``boxed_rate``: actions with a numeric ``\\boxed{}`` answer;
+    - ``right_answer_rate``: actions whose ``\\boxed{}`` answer equals the episode's ground truth;
+    - ``code_rate``: actions with a closed ```python block; ``tool_success_rate``: tool calls that ran OK;
+    - ``right_number_rate``: episodes where the role's code, run OK, printed the ground truth as its last number.
+    """
+    from .grading import extract_answer, math_equal, to_number
+
+    out: dict[str, dict[str, float]] = {}
+    stats = role_stats(records)
+    for role, s in stats.items():
+        acts = [(r, a) for r in records for a in r.actions if a.role == role]
+        answers = [(r, extract_answer(a.output)) for r, a in acts]
+        numeric = [(r, x) for r, x in answers if x is not None and to_number(x) is not None]
+        truth = [r for r in records if r.ground_truth is not None and any(a.role == role for a in r.actions)]
+        printed = 0
+        for r in truth:
+            lasts = [
+                v[-1]
+                for a in r.actions
+                if a.role == role
+                for c in a.tool_calls
+                if c.result.ok and (v := _printed_numbers(c.result.stdout))
+            ]
+            printed += any(math_equal(x, str(r.ground_truth)) for x in lasts)
+        out[role] = {
+            "actions": s.actions,
+            "boxed_rate": len(numeric) / len(acts) if acts else 0.0,
+            "right_answer_rate": (
+                sum(r.ground_truth is not None and math_equal(x, str(r.ground_truth)) for r, x in numeric) / len(acts)
+                if acts
+                else 0.0
+            ),
+            "code_rate": s.code_rate,
+            "tool_success_rate": s.tool_success_rate,
+            "right_number_rate": printed / len(truth) if truth and s.tool_calls else 0.0,
+        }
+    return out

@@ -247,3 +247,29 @@ def test_training_pools_hold_no_evaluation_problem_even_typeset_differently():
         ev = {norm(t.prompt) for t in mappa_envs.make("mappa/MathChat-v0", split=held_out).unwrapped.tasks}
         pool = mappa_envs.make("mappa/MathChat-v0", split=train).unwrapped.tasks
         assert not [t.id for t in pool if norm(t.prompt) in ev]
+
+
+def test_the_small_model_splits_are_disjoint_by_computation():
+    """``arith1-*`` (issue 16): one operation on operands 2-20; held-out and dev problems share no (operation,
+    operands) with training or with each other, so a memorised training computation cannot pass for a held-out
+    one; answers are what the operation gives."""
+    from mappa_envs.tasks.mathchat.data import ONE_OPERATION_RANGE, load_split
+
+    splits = {s: load_split(s) for s in ("arith1-train", "arith1-eval", "arith1-dev")}
+    assert [len(v) for v in splits.values()] == [512, 128, 64]
+    comp = {s: {(t.metadata["op"], t.metadata["a"], t.metadata["b"]) for t in v} for s, v in splits.items()}
+    assert len(comp["arith1-eval"]) == 128 and len(comp["arith1-dev"]) == 64
+    assert not comp["arith1-eval"] & comp["arith1-train"] and not comp["arith1-dev"] & comp["arith1-train"]
+    assert not comp["arith1-dev"] & comp["arith1-eval"]
+    lo, hi = ONE_OPERATION_RANGE
+    ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b, "div": lambda a, b: b}
+    for tasks in splits.values():
+        for t in tasks:
+            m = t.metadata
+            assert lo <= m["a"] <= hi and lo <= m["b"] <= hi and int(t.answer) == ops[m["op"]](m["a"], m["b"]) > 0
+            assert str(m["a"]) in t.prompt or str(m["a"] * m["b"]) in t.prompt
+    env = mappa_envs.make("mappa/MathChat-v0", split="arith1-train", prompt_style="small")
+    solver = env.unwrapped.roles[0].system_prompt
+    assert "\\boxed{82}" in solver and "answer}" not in solver
+    with pytest.raises(ValueError, match="prompt_style"):
+        mappa_envs.make("mappa/MathChat-v0", split="arith1-train", prompt_style="tiny")

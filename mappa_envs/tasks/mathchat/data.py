@@ -19,6 +19,8 @@ split               tasks  contents
                            sized for small models (SmolLM2-135M), a training pool, not a benchmark
 ``arith1-eval``     128    the same generator, seed 11, each problem's (operation, operands) absent from
                            ``arith1-train``: held out by computation, not only by wording
+``arith1-dev``      64     the same generator, seed 12, disjoint by computation from both: for choosing
+                           settings (learning rate, steps...) without looking at ``arith1-eval``
 ==================  =====  ==========================================================================
 
 The reference's AIME pool contains 16 of the 32 AIME evaluation problems and its AMC pool all 32 AMC evaluation
@@ -55,6 +57,7 @@ SPLITS = (
     "arith-eval",
     "arith1-train",
     "arith1-eval",
+    "arith1-dev",
 )
 
 
@@ -161,15 +164,17 @@ def load_split(split: str) -> tuple[Task, ...]:
         return tuple(t for t in arithmetic_problems(80, seed=1, prefix="arith-eval") if t.prompt not in train)[:64]
     if split == "arith1-train":
         return tuple(one_operation_problems(512, seed=10, prefix="arith1-train"))
-    if split == "arith1-eval":
+    if split in ("arith1-eval", "arith1-dev"):
         seen = {_computation(t) for t in load_split("arith1-train")}
-        pool = one_operation_problems(400, seed=11, prefix="arith1-eval")
-        fresh, kept = [], set()
-        for t in pool:
-            if _computation(t) not in seen and _computation(t) not in kept:
-                kept.add(_computation(t))
+        if split == "arith1-dev":
+            seen |= {_computation(t) for t in load_split("arith1-eval")}
+        seed, size = (11, 128) if split == "arith1-eval" else (12, 64)
+        fresh = []
+        for t in one_operation_problems(600, seed=seed, prefix=split):
+            if _computation(t) not in seen:
+                seen.add(_computation(t))
                 fresh.append(t)
-        return tuple(fresh[:128])
+        return tuple(fresh[:size])
     raise ValueError(f"unknown MathChat split {split!r}; choose one of {SPLITS}")
 
 
