@@ -269,7 +269,11 @@ def test_the_small_model_splits_are_disjoint_by_computation():
             assert lo <= m["a"] <= hi and lo <= m["b"] <= hi and int(t.answer) == ops[m["op"]](m["a"], m["b"]) > 0
             assert str(m["a"]) in t.prompt or str(m["a"] * m["b"]) in t.prompt
     env = mappa_envs.make("mappa/MathChat-v0", split="arith1-train", prompt_style="small")
-    solver = env.unwrapped.roles[0].system_prompt
-    assert "\\boxed{82}" in solver and "answer}" not in solver
+    solver = env.unwrapped.roles[0]
+    assert "\\boxed{82}" in solver.examples[0][1] and "answer}" not in solver.system_prompt + solver.examples[0][0]
+    env.reset(seed=0)
+    msgs = env.unwrapped.messages(env.agent_selection)  # system, the example's two turns, the task
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert [m.get("name") for m in msgs] == [None, "example", "example", None] and "37" not in msgs[-1]["content"]
     with pytest.raises(ValueError, match="prompt_style"):
         mappa_envs.make("mappa/MathChat-v0", split="arith1-train", prompt_style="tiny")

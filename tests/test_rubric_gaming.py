@@ -43,7 +43,7 @@ def test_the_examples_are_outside_the_pool_and_their_code_is_what_the_test_copie
     from mappa_envs.tasks.mathchat.data import ONE_OPERATION_RANGE, load_split
 
     lo, hi = ONE_OPERATION_RANGE
-    assert EXAMPLE_CODE in prompts.SMALL_CODE_EXECUTOR_SYSTEM
+    assert prompts.SMALL_EXAMPLES["code_executor"][0][1] == EXAMPLE_CODE  # shown as an earlier chat turn
     assert all(not lo <= int(n) <= hi for n in prompts.SMALL_EXAMPLE_NUMBERS)
     assert all(lo <= t.metadata[k] <= hi for t in load_split("arith1-eval") for k in ("a", "b"))
 

@@ -74,8 +74,8 @@ class CoachInput:
     """The host's scoring of the episode (final agent's last action only), e.g. DSBench's submission validity,
     metric and quality. Shown to the coach when the task has no single ground-truth answer."""
     system_prompt: str = ""
-    """The agent's system prompt (its role and any worked example it was shown): a rule-based coach recognises a
-    copied example by it (:class:`mappa_envs.coach.RuleBasedCoach`)."""
+    """The agent's system prompt and the worked example turns it was shown (``Role.examples``): a rule-based coach
+    recognises a copied example by them (:class:`mappa_envs.coach.RuleBasedCoach`)."""
 
     def key(self) -> str:
         """Cache key: a hash of the whole input."""
@@ -266,7 +266,9 @@ def inputs_for_episode(
         if not c.result.ok and a.agent != action.agent
     )
     feedback = "\n\n".join(c.feedback for c in action.tool_calls)
-    agent_input = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in action.messages[1:])
+    # the system prompt and any worked example turns are the role's scaffolding, the rest is the episode's input
+    scaffold = [m for m in action.messages if m["role"] == "system" or m.get("name") == "example"]
+    agent_input = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in action.messages if m not in scaffold)
     gt, outcome = None, None
     if is_final and action.agent == final_agent:
         if record.ground_truth is not None:
@@ -297,5 +299,5 @@ def inputs_for_episode(
         outcome=outcome,
         tools=tuple(tools),
         role_guidance=guidance,
-        system_prompt=next((m["content"] for m in action.messages[:1] if m["role"] == "system"), ""),
+        system_prompt="\n\n".join(m["content"] for m in scaffold),
     )

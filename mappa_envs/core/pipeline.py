@@ -55,6 +55,11 @@ class Role:
     """What a good action of this role looks like, for LLM coaches (overrides the coach's template for it)."""
     continue_instruction: str = "Your code was executed; the result is above. Continue."
     """User message after the role's own tool feedback, opening its next turn."""
+    examples: tuple[tuple[str, str], ...] = ()
+    """Worked examples shown as earlier chat turns, after the system prompt: (user message, assistant reply)
+    pairs. Small models follow a format far more reliably from a demonstrated turn than from a description. The
+    example messages carry ``"name": "example"`` (the chat format's optional name field) so that coaches can tell
+    them from the episode (:func:`mappa_envs.coach.protocol.inputs_for_episode`)."""
 
     @property
     def agent(self) -> str:
@@ -319,10 +324,11 @@ class PipelineEnv(AECEnv, abc.ABC):
         if upstream:
             first.append("## Work of the earlier agents\n" + "\n\n".join(self._context_block(a) for a in upstream))
         first.append("## Your job\n" + role.instruction.strip())
-        msgs: list[Message] = [
-            {"role": "system", "content": sanitize(role.system_prompt.strip())},
-            {"role": "user", "content": sanitize("\n\n".join(first))},
-        ]
+        msgs: list[Message] = [{"role": "system", "content": sanitize(role.system_prompt.strip())}]
+        for user, reply in role.examples:
+            msgs.append({"role": "user", "content": sanitize(user.strip()), "name": "example"})
+            msgs.append({"role": "assistant", "content": sanitize(reply.strip()), "name": "example"})
+        msgs.append({"role": "user", "content": sanitize("\n\n".join(first))})
         for act in own:
             msgs.append({"role": "assistant", "content": sanitize(truncate_middle(act.output, self.max_action_chars))})
             if act.tool_calls:

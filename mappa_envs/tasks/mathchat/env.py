@@ -60,6 +60,7 @@ def mathchat_roles(code_executor_turns: int = 2, prompt_style: str = "paper") ->
             p.SMALL_PROBLEM_SOLVER_SYSTEM if small else p.PROBLEM_SOLVER_SYSTEM,
             p.SMALL_PROBLEM_SOLVER_INSTRUCTION if small else p.PROBLEM_SOLVER_INSTRUCTION,
             max_turns=1,
+            examples=p.SMALL_EXAMPLES["problem_solver"] if small else (),
         ),
         Role(
             "code_executor",
@@ -68,12 +69,14 @@ def mathchat_roles(code_executor_turns: int = 2, prompt_style: str = "paper") ->
             max_turns=code_executor_turns,
             tools=(PYTHON_TOOL,),
             continue_instruction=p.SMALL_CODE_EXECUTOR_CONTINUE if small else p.CODE_EXECUTOR_CONTINUE,
+            examples=p.SMALL_EXAMPLES["code_executor"] if small else (),
         ),
         Role(
             "verifier",
             p.SMALL_VERIFIER_SYSTEM if small else p.VERIFIER_SYSTEM,
             p.SMALL_VERIFIER_INSTRUCTION if small else p.VERIFIER_INSTRUCTION,
             max_turns=1,
+            examples=p.SMALL_EXAMPLES["verifier"] if small else (),
         ),
     )
 

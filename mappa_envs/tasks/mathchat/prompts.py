@@ -39,49 +39,79 @@ VERIFIER_INSTRUCTION = (
 )
 
 # ------------------------------------------------------------------------------------------ small-model style
-# `prompt_style="small"`: short instructions and one worked example per role, for models that follow a format only
-# when shown one (SmolLM2-135M: ../docs). The examples' numbers (37, 45, 82, 80) lie outside the one-operation pool
-# (operands 2-20, mappa_envs.tasks.mathchat.data.ONE_OPERATION_RANGE): an answer copied from an example is wrong,
-# and the rule-based coach gives code or answers copied from an example no credit. No placeholder such as
-# "\boxed{answer}" appears anywhere: small models copy placeholders literally.
+# `prompt_style="small"`: short instructions and one worked example per role, shown as an earlier chat turn
+# (`Role.examples`), for models that follow a format only when shown one (SmolLM2-135M; a pilot with the examples
+# inside the system prompt: 0/64 on arith1-dev, the solver rarely boxed an answer). The examples' numbers (37, 45,
+# 82, 80) lie outside the one-operation pool (operands 2-20, mappa_envs.tasks.mathchat.data.ONE_OPERATION_RANGE):
+# an answer copied from an example is wrong, and the rule-based coach gives code or answers copied from an example
+# no credit. No placeholder such as "\boxed{answer}" appears anywhere: small models copy placeholders literally.
 SMALL_EXAMPLE_PROBLEM = "A farm has 37 cows and buys 45 more. How many cows does the farm have now?"
 SMALL_EXAMPLE_NUMBERS = ("37", "45", "82", "80")
 """Every number the small-style examples show (a coach treats them as the examples', not the task's)."""
 
-SMALL_PROBLEM_SOLVER_SYSTEM = f"""You solve short math word problems. Write the calculation in one line, then the \
-answer in \\boxed{{}}.
+SMALL_PROBLEM_SOLVER_SYSTEM = (
+    "You solve short math word problems. Write the calculation in one line, then the answer in \\boxed{}."
+)
+SMALL_PROBLEM_SOLVER_INSTRUCTION = "Solve the problem: one line of calculation, then the answer in \\boxed{}."
+SMALL_SOLVER_REPLY = "The farm has 37 + 45 = 82 cows. \\boxed{82}"
 
-Example.
-Problem: {SMALL_EXAMPLE_PROBLEM}
-Reply: The farm has 37 + 45 = 82 cows. \\boxed{{82}}"""
-SMALL_PROBLEM_SOLVER_INSTRUCTION = "Solve the problem above as in the example: one line of calculation, then \\boxed{}."
-
-SMALL_CODE_EXECUTOR_SYSTEM = f"""You check a math word problem with Python. Write one short ```python block that \
-computes the answer from the problem's numbers and prints it. The code is run and you see its output.
-
-Example.
-Problem: {SMALL_EXAMPLE_PROBLEM}
-Reply:
-```python
-cows = 37
-bought = 45
-print(cows + bought)
-```"""
-SMALL_CODE_EXECUTOR_INSTRUCTION = "Write the ```python block for the problem above: use its numbers, print the answer."
+SMALL_CODE_EXECUTOR_SYSTEM = (
+    "You check a math word problem with Python. Write one short ```python block that computes the answer from the "
+    "problem's numbers and prints it. The code is run and you see its output."
+)
+SMALL_CODE_EXECUTOR_INSTRUCTION = (
+    "Write one ```python block that computes the answer from the problem's numbers and prints it."
+)
+SMALL_CODE_REPLY = "```python\ncows = 37\nbought = 45\nprint(cows + bought)\n```"
 SMALL_CODE_EXECUTOR_CONTINUE = (
     "That is your code's output. If it failed, write a corrected ```python block; otherwise say in one sentence "
     "what number it printed."
 )
 
-SMALL_VERIFIER_SYSTEM = f"""You give the team's final answer to a math word problem. Compare the solver's answer \
-with the number the code printed; when they differ, trust the code. Reply in one sentence ending with the answer \
-in \\boxed{{}}.
+SMALL_VERIFIER_SYSTEM = (
+    "You give the team's final answer to a math word problem. Compare the solver's answer with the number the code "
+    "printed; when they differ, trust the code. Reply in one sentence ending with the answer in \\boxed{}."
+)
+SMALL_VERIFIER_INSTRUCTION = "Give the final answer in one sentence, ending with \\boxed{}."
+SMALL_VERIFIER_REPLY = "The code printed 82, so the answer is \\boxed{82}."
 
-Example.
-Problem: {SMALL_EXAMPLE_PROBLEM}
-The solver answered \\boxed{{80}}; the code printed 82.
-Reply: The code printed 82, so the answer is \\boxed{{82}}."""
-SMALL_VERIFIER_INSTRUCTION = "Give the final answer to the problem above as in the example, in \\boxed{}."
+
+def _example_input(*parts: str) -> str:
+    """An example's user message, laid out as the pipeline lays out a real one (mappa_envs.core.PipelineEnv)."""
+    return "\n\n".join(parts)
+
+
+SMALL_EXAMPLES = {
+    "problem_solver": (
+        (
+            _example_input(f"## Task\n{SMALL_EXAMPLE_PROBLEM}", f"## Your job\n{SMALL_PROBLEM_SOLVER_INSTRUCTION}"),
+            SMALL_SOLVER_REPLY,
+        ),
+    ),
+    "code_executor": (
+        (
+            _example_input(
+                f"## Task\n{SMALL_EXAMPLE_PROBLEM}",
+                "## Work of the earlier agents\n### Problem solver\nThe farm has 37 + 43 = 80 cows. \\boxed{80}",
+                f"## Your job\n{SMALL_CODE_EXECUTOR_INSTRUCTION}",
+            ),
+            SMALL_CODE_REPLY,
+        ),
+    ),
+    "verifier": (
+        (
+            _example_input(
+                f"## Task\n{SMALL_EXAMPLE_PROBLEM}",
+                "## Work of the earlier agents\n### Problem solver\nThe farm has 37 + 43 = 80 cows. \\boxed{80}\n"
+                f"### Code executor (turn 1)\n{SMALL_CODE_REPLY}\n### Result of running the code executor's code\n"
+                "Execution status: ok (exit code 0)\nstdout:\n82",
+                f"## Your job\n{SMALL_VERIFIER_INSTRUCTION}",
+            ),
+            SMALL_VERIFIER_REPLY,
+        ),
+    ),
+}
+"""Per role, its worked example as (user message, assistant reply) turns (``Role.examples``)."""
 
 STYLES = ("paper", "small")
 """``prompt_style`` values of MathChat: the paper's prompts (the default, for AIME/AMC) or the small-model style."""
