@@ -40,13 +40,15 @@ def test_an_episode_through_the_view_gets_the_outcome():
 
 
 def test_coach_rewards_reach_the_single_agent():
-    env = mappa_envs.make("mappa/MathChat-v0", split="arith-eval")
-    view = SingleAgentView(
-        CoachRewardWrapper(env, RuleBasedCoach(), blocking=True), "code_executor", others=ScriptedPolicy(["\\boxed{1}"])
-    )
+    env = mappa_envs.make("mappa/MathChat-v0", tasks=[{"id": "q", "prompt": "What is 6 times 7?", "answer": "42"}])
+    coached = CoachRewardWrapper(env, RuleBasedCoach(), blocking=True)
+    view = SingleAgentView(coached, "code_executor", others=ScriptedPolicy(["\\boxed{42}"]))
+    view.reset(seed=1)
+    _, reward, _, _, _ = view.step("```python\nprint(6 * 7)\n```")
+    assert reward == pytest.approx(0.9)  # rule coach: 5 + 3 (ran) + 1 (printed) = 9 -> 0.9
     view.reset(seed=1)
     _, reward, _, _, _ = view.step("```python\nprint(1)\n```")
-    assert reward == pytest.approx(0.9)  # rule coach: 5 + 3 (ran) + 1 (printed) = 9 -> 0.9
+    assert reward == pytest.approx(0.4)  # code using none of the problem's numbers: 5 - 1, no credit for running
     view.close()
 
 
