@@ -52,32 +52,31 @@ def mathchat_roles(code_executor_turns: int = 2, prompt_style: str = "paper") ->
     pool) for small models."""
     if prompt_style not in prompts.STYLES:
         raise ValueError(f"prompt_style must be one of {prompts.STYLES}, not {prompt_style!r}")
-    p = prompts
-    small = prompt_style == "small"
+    prefix = "SMALL_" if prompt_style == "small" else ""  # the small style's constants: SMALL_<the paper's name>
+
+    def text(name: str) -> str:
+        return getattr(prompts, prefix + name)
+
+    def examples(role: str) -> tuple[tuple[str, str], ...]:
+        return prompts.SMALL_EXAMPLES[role] if prefix else ()
+
     return (
         Role(
             "problem_solver",
-            p.SMALL_PROBLEM_SOLVER_SYSTEM if small else p.PROBLEM_SOLVER_SYSTEM,
-            p.SMALL_PROBLEM_SOLVER_INSTRUCTION if small else p.PROBLEM_SOLVER_INSTRUCTION,
-            max_turns=1,
-            examples=p.SMALL_EXAMPLES["problem_solver"] if small else (),
+            text("PROBLEM_SOLVER_SYSTEM"),
+            text("PROBLEM_SOLVER_INSTRUCTION"),
+            examples=examples("problem_solver"),
         ),
         Role(
             "code_executor",
-            p.SMALL_CODE_EXECUTOR_SYSTEM if small else p.CODE_EXECUTOR_SYSTEM,
-            p.SMALL_CODE_EXECUTOR_INSTRUCTION if small else p.CODE_EXECUTOR_INSTRUCTION,
+            text("CODE_EXECUTOR_SYSTEM"),
+            text("CODE_EXECUTOR_INSTRUCTION"),
             max_turns=code_executor_turns,
             tools=(PYTHON_TOOL,),
-            continue_instruction=p.SMALL_CODE_EXECUTOR_CONTINUE if small else p.CODE_EXECUTOR_CONTINUE,
-            examples=p.SMALL_EXAMPLES["code_executor"] if small else (),
+            continue_instruction=text("CODE_EXECUTOR_CONTINUE"),
+            examples=examples("code_executor"),
         ),
-        Role(
-            "verifier",
-            p.SMALL_VERIFIER_SYSTEM if small else p.VERIFIER_SYSTEM,
-            p.SMALL_VERIFIER_INSTRUCTION if small else p.VERIFIER_INSTRUCTION,
-            max_turns=1,
-            examples=p.SMALL_EXAMPLES["verifier"] if small else (),
-        ),
+        Role("verifier", text("VERIFIER_SYSTEM"), text("VERIFIER_INSTRUCTION"), examples=examples("verifier")),
     )
 
 
