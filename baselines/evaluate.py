@@ -11,6 +11,13 @@ Every suite runs ``k`` samples of each problem (episode seeds ``seed + index``),
   interval, and per task the metric, mean value, quality and valid samples;
 - per role: actions, tool-call rate, tool success rate, mean response length (characters and words).
 
+Suites are the named ones (:data:`SUITES`), ``mathchat:<split>`` (a bundled MathChat split, e.g.
+``mathchat:arith1-eval``) or ``tasks:<file>`` (a MathChat task file, the format of ``make(..., data_file=)``).
+
+:func:`paired_comparison` compares two teams evaluated on the same episodes (same suites, seeds and ``k``): per
+suite both scores with intervals and an exact McNemar test on the per-episode outcomes (correct, or a valid
+DSBench submission).
+
 ``mappa eval`` prints the tables and writes ``eval.json`` plus each suite's trajectories (JSON lines), which
 ``mappa report`` reads.
 """
@@ -28,7 +35,7 @@ from typing import Any
 
 import mappa_envs
 from mappa_envs.core import EpisodeRecord, write_jsonl
-from mappa_envs.metrics import role_stats, wilson_interval
+from mappa_envs.metrics import mcnemar_exact, role_stats, wilson_interval
 
 from .rollout import run_episodes
 
@@ -60,6 +67,8 @@ class EvalConfig:
     """Sandbox backend for every suite (default: each env's)."""
     env_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Extra env arguments per suite."""
+    mathchat_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra env arguments of every MathChat suite (e.g. ``{"prompt_style": "small"}`` for a team trained so)."""
 
 
 # ---------------------------------------------------------------------------------------------- policies
@@ -230,8 +239,17 @@ def _mean_ci(xs: Sequence[float]) -> tuple[float, float, float]:
 
 def summarize(suite: str, records: Sequence[EpisodeRecord], k: int) -> dict[str, Any]:
     n = len(records)
-    out: dict[str, Any] = {"suite": suite, "episodes": n, "k": k, "behaviour": behaviour(records)}
-    if any("correct" in r.outcome for r in records):
+    math = any("correct" in r.outcome for r in records)
+    out: dict[str, Any] = {
+        "suite": suite,
+        "episodes": n,
+        "k": k,
+        "behaviour": behaviour(records),
+        # per episode, in order: what a paired comparison of two teams on the same episodes tests
+        "task_ids": [r.task_id for r in records],
+        "outcomes": [bool(r.outcome.get("correct" if math else "success")) for r in records],
+    }
+    if math:
         c = sum(bool(r.outcome.get("correct")) for r in records)
         lo, hi = wilson_interval(c, n)
         by_task: dict[str, list[bool]] = {}
@@ -317,14 +335,25 @@ def format_tables(result: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------- running
 def suite_env(suite: str, cfg: EvalConfig) -> tuple[str, dict[str, Any]]:
-    if suite not in SUITES:
-        raise ValueError(f"unknown suite {suite!r}; suites: {sorted(SUITES)}")
-    env_id, kwargs = SUITES[suite]
+    """The env id and arguments of a suite: a name of :data:`SUITES`, ``mathchat:<split>`` or ``tasks:<file>``."""
+    kind, _, rest = suite.partition(":")
+    if suite in SUITES:
+        env_id, kwargs = SUITES[suite]
+    elif kind == "mathchat" and rest:
+        env_id, kwargs = "mappa/MathChat-v0", {"split": rest}
+    elif kind == "tasks" and rest:
+        if not Path(rest).is_file():
+            raise FileNotFoundError(f"task file {rest!r} not found (suite {suite!r})")
+        env_id, kwargs = "mappa/MathChat-v0", {"data_file": rest}
+    else:
+        raise ValueError(f"unknown suite {suite!r}; suites: {sorted(SUITES)}, mathchat:<split>, tasks:<file>")
     kwargs = dict(kwargs)
     if suite == "dsbench" and cfg.dsbench_data_dir:
         kwargs.update(suite="dsbench", data_dir=cfg.dsbench_data_dir)
     if cfg.sandbox:
         kwargs["sandbox"] = cfg.sandbox
+    if env_id == "mappa/MathChat-v0":
+        kwargs.update(cfg.mathchat_kwargs)
     kwargs.update(cfg.env_kwargs.get(suite, {}))
     return env_id, kwargs
 
@@ -371,13 +400,52 @@ def evaluate(
     return result
 
 
+def paired_comparison(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Team ``a`` against team ``b`` (two :func:`evaluate` results on the same suites and episodes): per suite
+    the score of each (accuracy, or DSBench success rate) with its Wilson interval and the exact McNemar test on
+    the per-episode outcomes (``gained``: episodes ``a`` gets right and ``b`` wrong; ``p_value_gain``: one-sided,
+    for "``a`` is better")."""
+    out = {}
+    for suite, sa in a["suites"].items():
+        sb = b["suites"].get(suite)
+        if sb is None:
+            raise ValueError(f"suite {suite!r} was evaluated for one team only")
+        if sa["task_ids"] != sb["task_ids"]:
+            raise ValueError(f"suite {suite!r}: the teams were evaluated on different episodes (seed, k or limit)")
+        test = mcnemar_exact(sb["outcomes"], sa["outcomes"])  # "after" = a
+        n = len(sa["outcomes"])
+        out[suite] = {
+            **test,
+            "score_a": sum(sa["outcomes"]) / n if n else 0.0,
+            "score_b": sum(sb["outcomes"]) / n if n else 0.0,
+            "ci95_a": list(wilson_interval(sum(sa["outcomes"]), n)),
+            "ci95_b": list(wilson_interval(sum(sb["outcomes"]), n)),
+            "score": "accuracy" if sa["kind"] == "math" else "success rate",
+        }
+    return out
+
+
+def format_comparison(paired: Mapping[str, Mapping[str, Any]], name_a: str = "a", name_b: str = "b") -> str:
+    lines = []
+    for suite, p in paired.items():
+        lines.append(
+            f"{suite}: {p['score']} {name_a} {p['score_a']:.1%} [{p['ci95_a'][0]:.0%}, {p['ci95_a'][1]:.0%}] vs "
+            f"{name_b} {p['score_b']:.1%} [{p['ci95_b'][0]:.0%}, {p['ci95_b'][1]:.0%}]; paired (exact McNemar, "
+            f"{p['pairs']} episodes): {name_a} alone right in {p['gained']}, {name_b} alone in {p['lost']}, "
+            f"p = {p['p_value']:.3g} two-sided ({p['p_value_gain']:.3g} for {name_a} better)"
+        )
+    return "\n".join(lines)
+
+
 __all__ = [
     "SUITES",
     "EvalConfig",
     "OpenAIPolicy",
     "build_policies",
     "evaluate",
+    "format_comparison",
     "format_tables",
+    "paired_comparison",
     "summarize",
     "team_from_args",
 ]

@@ -4,6 +4,7 @@ mappa envs                                   list registered environments
 mappa run --env mappa/MathChat-v0 -n 3       run episodes with local models, write trajectories, print stats
 mappa train --preset demo                    train every role (REINFORCE++ / GRPO / outcome-only)
 mappa eval -k 1                              evaluate a team on AIME-32, AMC-32 and DSBench eval, with intervals
+mappa eval --run RUN --tasks F --compare     a run's team vs the bundled one on a task file: paired exact test
 mappa report run RUN [RUN ...]               a report (Markdown + PNG, HTML) of training runs
 mappa ablate --preset smoke                  coach vs outcome-only vs GRPO on one seed and budget, then a report
 mappa bench                                  the performance suite (every figure against a reference)
@@ -38,13 +39,39 @@ def _parse_value(value: str) -> Any:
         return value
 
 
+def _run_env_kwargs(run_dir: str | None) -> dict[str, Any]:
+    """The MathChat arguments a `mappa train` run trained with that change what its roles see (the prompt style)."""
+    if not run_dir or not (Path(run_dir) / "config.json").exists():
+        return {}
+    cfg = json.loads((Path(run_dir) / "config.json").read_text())
+    if cfg.get("env_id") != "mappa/MathChat-v0":
+        return {}
+    return {k: v for k, v in (cfg.get("env_kwargs") or {}).items() if k == "prompt_style"}
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    from baselines.evaluate import EvalConfig, build_policies, evaluate, format_tables, suite_env, team_from_args
+    from baselines.evaluate import (
+        EvalConfig,
+        build_policies,
+        evaluate,
+        format_comparison,
+        format_tables,
+        paired_comparison,
+        suite_env,
+        team_from_args,
+    )
 
     from . import make
 
+    suites = list(args.suites or ([] if args.tasks else ["aime", "amc", "dsbench"]))
+    suites += [f"tasks:{path}" for path in args.tasks]
+    mathchat_kwargs = _run_env_kwargs(args.run)
+    if args.compare and args.compare != "bundled" and _run_env_kwargs(args.compare) != mathchat_kwargs:
+        seen = mathchat_kwargs or "the defaults"
+        print(f"note: {args.compare} trained with other MathChat arguments; both teams see {seen}")
+    mathchat_kwargs.update({k: _parse_value(v) for k, v in _kv(args.env_arg, "--env-arg").items()})
     cfg = EvalConfig(
-        suites=tuple(args.suites),
+        suites=tuple(suites),
         k=args.k,
         seed=args.seed,
         temperature=args.temperature,
@@ -55,6 +82,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         engine=args.engine,
         dsbench_data_dir=args.dsbench_data_dir,
         sandbox=args.sandbox,
+        mathchat_kwargs=mathchat_kwargs,
     )
     roles: list[str] = []
     for suite in cfg.suites:
@@ -62,6 +90,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         probe = make(env_id, **kwargs)
         roles += [r.name for r in probe.unwrapped.roles if r.name not in roles]
         probe.close()
+    if mathchat_kwargs:
+        print(f"MathChat arguments: {mathchat_kwargs}")
     team = team_from_args(
         roles,
         model=args.model,
@@ -70,12 +100,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
         role_endpoints=_kv(args.role_endpoint, "--role-endpoint"),
         endpoint_model=args.endpoint_model,
     )
-    for role, who in team.items():
-        print(f"{role:<16}{who}", flush=True)
+    teams = {"team": team}
+    if args.compare:  # the baseline: the bundled model in every role, or another run's exported models
+        teams["baseline"] = team_from_args(roles, run_dir=None if args.compare == "bundled" else args.compare)
+    for name, members in teams.items():
+        for role, who in members.items():
+            print(f"{name + ' ' if args.compare else ''}{role:<16}{who}", flush=True)
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
     result = evaluate(build_policies(team, cfg), cfg, out_dir=out, team=team)
     print()
     print(format_tables(result))
+    if args.compare:
+        base = evaluate(build_policies(teams["baseline"], cfg), cfg, out_dir=out / "baseline", team=teams["baseline"])
+        print(f"\nbaseline ({args.compare}):")
+        print(format_tables(base))
+        result["baseline"] = {"compare": args.compare, "team": base["team"], "suites": base["suites"]}
+        result["paired"] = paired_comparison(result, base)
+        print("\n" + format_comparison(result["paired"], "team", "baseline"))
+        (out / "eval.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"\nresults: {out / 'eval.json'} (trajectories beside it)")
     return 0
 
@@ -655,8 +697,35 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="the performance suite: every figure against a reference (mappa bench -h)")
     sub.add_parser("sandbox", help="build the Docker sandbox image offline, or reap leftovers (mappa sandbox -h)")
 
-    p = sub.add_parser("eval", help="evaluate a team on AIME-32, AMC-32 and DSBench eval, with intervals")
-    p.add_argument("--suites", nargs="+", default=["aime", "amc", "dsbench"], help="aime amc dsbench")
+    p = sub.add_parser("eval", help="evaluate a team (AIME-32, AMC-32, DSBench eval, task files), with intervals")
+    p.add_argument(
+        "--suites",
+        nargs="+",
+        default=None,
+        help="aime amc dsbench (the default, unless --tasks), mathchat:<split> (e.g. mathchat:arith1-eval)",
+    )
+    p.add_argument(
+        "--tasks",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a MathChat task file (JSON list / JSON lines of prompt and answer, as make(..., data_file=))",
+    )
+    p.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an argument of every MathChat suite (default with --run: the run's prompt_style)",
+    )
+    p.add_argument(
+        "--compare",
+        nargs="?",
+        const="bundled",
+        default=None,
+        metavar="RUN",
+        help="also evaluate a baseline on the same episodes (the bundled team, or RUN's models) with a paired test",
+    )
     p.add_argument("-k", type=int, default=1, help="samples per problem")
     p.add_argument("--model", default=None, help="model for every role (default: the bundled smollm2-135m)")
     p.add_argument("--role-model", action="append", default=[], metavar="ROLE=MODEL", help="model for one role")

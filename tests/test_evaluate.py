@@ -101,3 +101,70 @@ def test_eval_of_a_training_runs_exported_models(tmp_path):
     assert len({id(p) for p in policies.values()}) == 3  # separate weights per role
     result = evaluate(policies, ecfg, out_dir=tmp_path / "eval", team=team, log=lambda *_: None)
     assert result["suites"]["amc"]["episodes"] == 2
+
+
+class _Arithmetic:
+    """A policy for every role: boxes ``a + b`` of the problem's first two numbers (plus ``off``)."""
+
+    def __init__(self, off: int = 0):
+        self.off = off
+
+    def generate(self, batch):
+        import re
+
+        replies = []
+        for conversation in batch:
+            problem = next(m["content"] for m in conversation if m["role"] == "user")
+            a, b = (int(x) for x in re.findall(r"\d+", problem)[:2])
+            replies.append(f"\\boxed{{{a + b + self.off}}}")
+        return replies
+
+
+def _task_file(tmp_path, answers):
+    path = tmp_path / "sums.jsonl"
+    rows = [
+        {"id": f"s{i}", "prompt": f"What is {a} plus {b}?", "answer": str(ans)} for i, (a, b, ans) in enumerate(answers)
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+def test_task_file_suites_and_paired_comparison_of_two_teams(tmp_path):
+    """`tasks:<file>` evaluates a task file; two teams on the same episodes get the exact McNemar test; a suite
+    evaluated on other episodes (another limit) is refused."""
+    from baselines.evaluate import format_comparison, paired_comparison, suite_env
+
+    # 6 problems: the "right" team is right where the answer is a + b (4 of them), the "off by one" team where it
+    # is a + b + 1 (the other 2)
+    path = _task_file(tmp_path, [(2, 3, 5), (4, 4, 8), (7, 1, 8), (9, 9, 18), (1, 1, 3), (5, 6, 12)])
+    cfg = EvalConfig(suites=(f"tasks:{path}",), sandbox="subprocess", concurrency=3)
+    env_id, kwargs = suite_env(f"tasks:{path}", cfg)
+    assert env_id == "mappa/MathChat-v0" and kwargs["data_file"] == str(path)
+    a = evaluate(_Arithmetic(0), cfg, log=lambda *_: None)
+    b = evaluate(_Arithmetic(1), cfg, log=lambda *_: None)
+    sa = a["suites"][f"tasks:{path}"]
+    assert sa["outcomes"] == [True, True, True, True, False, False] and sa["correct"] == 4
+    assert sa["task_ids"] == b["suites"][f"tasks:{path}"]["task_ids"]
+    p = paired_comparison(a, b)[f"tasks:{path}"]
+    assert (p["gained"], p["lost"], p["pairs"]) == (4, 2, 6)
+    assert p["score_a"] == pytest.approx(4 / 6) and p["score_b"] == pytest.approx(2 / 6)
+    assert p["p_value_gain"] == pytest.approx(22 / 64)  # P(X >= 4), X ~ Binomial(6, 1/2)
+    assert "alone right in 4" in format_comparison({"sums": p})
+    short = evaluate(_Arithmetic(1), EvalConfig(suites=cfg.suites, sandbox="subprocess", limit=3), log=lambda *_: None)
+    with pytest.raises(ValueError, match="different episodes"):
+        paired_comparison(a, short)
+
+
+def test_suite_names_and_mathchat_arguments(tmp_path):
+    from baselines.evaluate import suite_env
+
+    cfg = EvalConfig(mathchat_kwargs={"prompt_style": "small"})
+    assert suite_env("mathchat:arith1-eval", cfg) == (
+        "mappa/MathChat-v0",
+        {"split": "arith1-eval", "prompt_style": "small"},
+    )
+    assert "prompt_style" not in suite_env("dsbench", cfg)[1]  # MathChat's arguments only
+    with pytest.raises(FileNotFoundError, match="task file"):
+        suite_env(f"tasks:{tmp_path / 'missing.json'}", cfg)
+    with pytest.raises(ValueError, match="unknown suite"):
+        suite_env("gsm8k", cfg)
