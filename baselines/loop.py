@@ -118,6 +118,43 @@ def _update_summary(role: str, m: dict[str, Any]) -> str:
     return f"{role} {total:.0f}s ({', '.join(parts)})"
 
 
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "iterations",  # a finished run extended by more iterations
+        "out_dir",
+        "resume",
+        "progress",
+        "tensorboard",
+        "wandb",
+        "memory_check",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "concurrency",  # episodes are seeded by index: how many run at once changes no result
+        "parallel_updates",
+        "concurrent_generation",
+    }
+)
+"""Configuration fields a resumed run may change; any other change is refused (the checkpoint, the stored
+episodes and the held-out evaluation belong to the configuration that made them)."""
+
+
+def check_resumable(cfg: TrainConfig) -> None:
+    """Raise ``ValueError`` when ``cfg.out_dir`` holds a checkpoint of a run configured otherwise (a field outside
+    :data:`RESUME_MAY_CHANGE`): resuming it would silently mix two experiments. ``mappa train`` checks this before
+    it builds anything."""
+    out = Path(cfg.out_dir)
+    if not cfg.resume or not (out / "checkpoints" / "latest").exists() or not (out / "config.json").exists():
+        return
+    saved, now = json.loads((out / "config.json").read_text()), json.loads(json.dumps(asdict(cfg)))
+    changed = sorted(k for k in set(saved) | set(now) if k not in RESUME_MAY_CHANGE and saved.get(k) != now.get(k))
+    if changed:
+        diff = "; ".join(f"{k}: {saved.get(k)!r} then, {now.get(k)!r} now" for k in changed)
+        raise ValueError(
+            f"{out} holds a checkpoint of a run configured otherwise ({diff}): resume it with its own "
+            "configuration, or start afresh with --no-resume or another --out"
+        )
+
+
 class TrainerBase:
     """The iteration loop; subclasses implement :meth:`policies`, :meth:`update`, :meth:`sync`,
     :meth:`save_state` and :meth:`load_state`."""
@@ -239,6 +276,7 @@ class TrainerBase:
                 stacklevel=2,
             )
             episodes = len(task_ids)
+        t0 = time.perf_counter()
         records = run_episodes(
             lambda: mappa_envs.make(self.cfg.env_id, **kwargs),
             self.eval_policies(self.cfg.eval_temperature),
@@ -266,6 +304,7 @@ class TrainerBase:
             "task_ids": [r.task_id for r in records],
             # per episode, in order (problem i // k, sample i % k): what a paired test before/after compares
             "outcomes": [bool(r.outcome.get(outcome_key(records))) for r in records],
+            "seconds": round(time.perf_counter() - t0, 1),
         }
 
     # ----------------------------------------------------------------- checkpoints
@@ -445,6 +484,7 @@ class TrainerBase:
     def train(self, on_iteration=None) -> list[dict[str, Any]]:
         """Run (or resume) the configured iterations; ``on_iteration(metrics)`` is called after each."""
         cfg = self.cfg
+        check_resumable(cfg)
         (self.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
         self._open_writers()
         start = self.resume()

@@ -11,6 +11,11 @@ Figures: ``curves.png`` (per iteration: team accuracy or DSBench success, and pe
 tool-call rate, tool success rate, response length, KL), ``coach_scores.png`` (distribution of coach scores per
 role, first versus last iteration), ``coach_bias.png`` (mean coach score by task type and by outcome, 95%
 intervals).
+
+With held-out evaluations before and after training (``mappa train``'s ``eval.json``), the report opens with the
+comparison: per run the accuracy before and after with 95% Wilson intervals, the exact McNemar test of its own
+change, the training time; between every two runs evaluated on the same episodes, the exact McNemar test of their
+after-training outcomes; per role the behaviour figures before and after.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 
 from mappa_envs.coach.bias import bias_report, format_report
 from mappa_envs.core import EpisodeRecord, read_jsonl
+from mappa_envs.metrics import mcnemar_exact, wilson_interval
 
 ROLE_METRICS = (
     ("mean_coach_score", "mean reward x 10 (the coach's score; outcome-only: the outcome)"),
@@ -238,6 +244,83 @@ def _faults_table(runs: Sequence[Run]) -> list[str]:
     return lines if len(lines) > 2 else []
 
 
+BEHAVIOUR = (
+    ("boxed_rate", "boxed"),
+    ("right_answer_rate", "right answer"),
+    ("code_rate", "code"),
+    ("tool_success_rate", "tool ok"),
+    ("right_number_rate", "right number"),
+)
+
+
+def _acc(e: dict[str, Any]) -> str:
+    lo, hi = wilson_interval(e["correct"], e["episodes"])
+    return f"{e['accuracy']:.1%} [{lo:.1%}, {hi:.1%}] ({e['correct']}/{e['episodes']})"
+
+
+def _paired(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
+    if "outcomes" not in before or "outcomes" not in after or before.get("task_ids") != after.get("task_ids"):
+        return None
+    return mcnemar_exact(before["outcomes"], after["outcomes"])
+
+
+def comparison_tables(runs: Sequence[Run]) -> list[str]:
+    """Markdown tables of the runs' held-out evaluations (``eval.json`` with ``before`` and ``after``): each run's
+    change with its exact paired test, every pair of runs' after-training outcomes tested against each other, and
+    the per-role behaviour before and after. Empty when no run has both evaluations."""
+    done = [r for r in runs if "before" in r.eval and "after" in r.eval]
+    if not done:
+        return []
+    lines = [
+        "| run | estimator | coach | held-out | before | after | gained / lost | p (two-sided) | p (gain) | "
+        "training time | evaluation time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in done:
+        b, a = r.eval["before"], r.eval["after"]
+        t = _paired(b, a)
+        test = f"{t['gained']} / {t['lost']} | {t['p_value']:.3g} | {t['p_value_gain']:.3g}" if t else "- | - | -"
+        train_s = sum(float(m.get("iteration_s", 0.0)) for m in r.metrics)
+        eval_s = [e.get("seconds") for e in (b, a)]
+        evals = " + ".join(f"{x:.0f} s" for x in eval_s) if all(x is not None for x in eval_s) else "-"
+        lines.append(
+            f"| {r.label} | {r.config.get('estimator')} | {r.config.get('coach')} | {a.get('split')} | {_acc(b)} | "
+            f"{_acc(a)} | {test} | {train_s:.0f} s ({len(r.metrics)} iterations) | {evals} |"
+        )
+    pairs = [(x, y) for i, x in enumerate(done) for y in done[i + 1 :]]
+    rows = []
+    for x, y in pairs:
+        t = _paired(y.eval["after"], x.eval["after"])  # "after" = x: x alone right counts as gained
+        if t is not None:
+            rows.append(f"| {x.label} vs {y.label} | {t['gained']} | {t['lost']} | {t['p_value']:.3g} | {t['pairs']} |")
+    if rows:
+        lines += [
+            "",
+            "After training, run against run on the same held-out episodes (exact McNemar):",
+            "",
+            "| runs (A vs B) | A alone right | B alone right | p (two-sided) | episodes |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
+    beh = []
+    for r in done:
+        b, a = r.eval["before"].get("behaviour") or {}, r.eval["after"].get("behaviour") or {}
+        for role in a:
+            cells = [f"{b.get(role, {}).get(k, 0):.0%} -> {a[role].get(k, 0):.0%}" for k, _ in BEHAVIOUR]
+            beh.append(f"| {r.label} | {role} | " + " | ".join(cells) + " |")
+    if beh:
+        lines += [
+            "",
+            "Per-role behaviour on the held-out episodes, before -> after (share of the role's actions; right "
+            "number: episodes where its code printed the answer):",
+            "",
+            "| run | role | " + " | ".join(label for _, label in BEHAVIOUR) + " |",
+            "|---|---|" + "---|" * len(BEHAVIOUR),
+            *beh,
+        ]
+    return lines
+
+
 def _eval_lines(name: str, result: dict[str, Any]) -> list[str]:
     lines = []
     if "suites" in result:  # mappa eval
@@ -282,6 +365,9 @@ def write_report(runs: Sequence[Run], out: str | Path, evals: Sequence[str] = ()
             f"- **{run.label}** (`{run.path}`): env {c.get('env_id')}, estimator {c.get('estimator')}, coach "
             f"{c.get('coach')}, model {c.get('model')}, seed {c.get('seed')}, {len(run.metrics)} iterations"
         )
+    comparison = comparison_tables(runs)
+    if comparison:
+        md += ["", "## Held-out accuracy before and after training", "", *comparison]
     md += ["", "## Last iteration", "", *_final_table(runs), ""]
     faults = _faults_table(runs)
     if faults:

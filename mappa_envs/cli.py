@@ -412,7 +412,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train(cfg, out: Path, log_dir: Path) -> int:
     """``mappa train`` after the configuration is shown and the logs are set up: build, evaluate, train, evaluate."""
+    from baselines.loop import check_resumable
+
     t0 = time.monotonic()
+    try:
+        check_resumable(cfg)
+    except ValueError as e:
+        print(f"mappa train: {e}", file=sys.stderr)
+        return 1
     try:
         trainer = _trainer(cfg)
     except ValueError as e:  # a configuration the checks refuse (baselines.checks): the reasons, no traceback

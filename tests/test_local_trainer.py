@@ -96,6 +96,15 @@ def test_resume_continues_after_the_latest_checkpoint(tiny_model, tmp_path):
     assert [m["iteration"] for m in metrics] == [1]
     lines = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in lines] == [0, 1]
+    # resuming with another learning rate (or estimator, coach, ...) would mix two experiments: refused up front
+    from dataclasses import replace
+
+    from baselines.loop import check_resumable
+
+    check_resumable(replace(cfg, iterations=3, concurrency=4))  # more iterations, other parallelism: fine
+    with pytest.raises(ValueError, match=r"configured otherwise \(lr: 0.001 then, 0.0005 now\)"):
+        check_resumable(replace(cfg, lr=5e-4))
+    check_resumable(replace(cfg, lr=5e-4, resume=False))  # a fresh start is always allowed
 
 
 @needs
