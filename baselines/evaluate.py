@@ -35,7 +35,7 @@ from typing import Any
 
 import mappa_envs
 from mappa_envs.core import EpisodeRecord, write_jsonl
-from mappa_envs.metrics import mcnemar_exact, role_stats, wilson_interval
+from mappa_envs.metrics import paired_test, role_stats, wilson_interval
 
 from .rollout import run_episodes
 
@@ -358,6 +358,15 @@ def suite_env(suite: str, cfg: EvalConfig) -> tuple[str, dict[str, Any]]:
     return env_id, kwargs
 
 
+def _file_name(suite: str) -> str:
+    """A suite's trajectory file name: ``tasks:/a/b/sums.jsonl`` -> ``tasks-sums``, ``mathchat:x`` -> ``mathchat-x``."""
+    kind, _, rest = suite.partition(":")
+    if not rest:
+        return suite
+    stem = Path(rest).stem if kind == "tasks" else rest
+    return f"{kind}-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)
+
+
 def evaluate(
     policies: Mapping[str, Any] | Any,
     cfg: EvalConfig,
@@ -392,8 +401,9 @@ def evaluate(
         summary["env_id"], summary["env_kwargs"] = env_id, {k: str(v) for k, v in kwargs.items()}
         result["suites"][suite] = summary
         if out:
-            write_jsonl(out / f"{suite}.jsonl", records)
-            summary["trajectories"] = str(out / f"{suite}.jsonl")
+            path = out / f"{_file_name(suite)}.jsonl"
+            write_jsonl(path, records)
+            summary["trajectories"] = str(path)
         log(f"[{suite}] {n_tasks} problems x {cfg.k} samples in {summary['seconds']:.0f} s")
     if out:
         (out / "eval.json").write_text(json.dumps(result, indent=1, default=str))
@@ -404,7 +414,8 @@ def paired_comparison(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, d
     """Team ``a`` against team ``b`` (two :func:`evaluate` results on the same suites and episodes): per suite
     the score of each (accuracy, or DSBench success rate) with its Wilson interval and the exact McNemar test on
     the per-episode outcomes (``gained``: episodes ``a`` gets right and ``b`` wrong; ``p_value_gain``: one-sided,
-    for "``a`` is better")."""
+    for "``a`` is better"); with k samples per problem, the exact sign test on the problems' mean outcomes
+    (:func:`mappa_envs.metrics.paired_test`). DSBench pairs on ``success`` (a valid submission), not quality."""
     out = {}
     for suite, sa in a["suites"].items():
         sb = b["suites"].get(suite)
@@ -412,7 +423,7 @@ def paired_comparison(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, d
             raise ValueError(f"suite {suite!r} was evaluated for one team only")
         if sa["task_ids"] != sb["task_ids"]:
             raise ValueError(f"suite {suite!r}: the teams were evaluated on different episodes (seed, k or limit)")
-        test = mcnemar_exact(sb["outcomes"], sa["outcomes"])  # "after" = a
+        test = paired_test(sa["task_ids"], sb["outcomes"], sa["outcomes"])  # "after" = a
         n = len(sa["outcomes"])
         out[suite] = {
             **test,
@@ -425,13 +436,17 @@ def paired_comparison(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, d
     return out
 
 
+def _test_name(p: Mapping[str, Any]) -> str:
+    return "exact McNemar" if p.get("unit", "episode") == "episode" else "exact sign test on problems' k-sample means"
+
+
 def format_comparison(paired: Mapping[str, Mapping[str, Any]], name_a: str = "a", name_b: str = "b") -> str:
     lines = []
     for suite, p in paired.items():
         lines.append(
             f"{suite}: {p['score']} {name_a} {p['score_a']:.1%} [{p['ci95_a'][0]:.0%}, {p['ci95_a'][1]:.0%}] vs "
-            f"{name_b} {p['score_b']:.1%} [{p['ci95_b'][0]:.0%}, {p['ci95_b'][1]:.0%}]; paired (exact McNemar, "
-            f"{p['pairs']} episodes): {name_a} alone right in {p['gained']}, {name_b} alone in {p['lost']}, "
+            f"{name_b} {p['score_b']:.1%} [{p['ci95_b'][0]:.0%}, {p['ci95_b'][1]:.0%}]; paired ({_test_name(p)}, "
+            f"{p['pairs']} {p['unit']}s): {name_a} better in {p['gained']}, {name_b} in {p['lost']}, "
             f"p = {p['p_value']:.3g} two-sided ({p['p_value_gain']:.3g} for {name_a} better)"
         )
     return "\n".join(lines)

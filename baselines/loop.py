@@ -120,7 +120,7 @@ def _update_summary(role: str, m: dict[str, Any]) -> str:
 
 RESUME_MAY_CHANGE = frozenset(
     {
-        "iterations",  # a finished run extended by more iterations
+        "iterations",  # a run extended by more iterations (its "after" evaluation is then made again)
         "out_dir",
         "resume",
         "progress",
@@ -129,30 +129,47 @@ RESUME_MAY_CHANGE = frozenset(
         "memory_check",
         "checkpoint_every",
         "keep_checkpoints",
-        "concurrency",  # episodes are seeded by index: how many run at once changes no result
+        # how many episodes run at once changes which samples a seed draws, not the experiment
+        "concurrency",
         "parallel_updates",
         "concurrent_generation",
+        # resources only: the same log-probs and gradients (a run that ran out of memory resumes with less)
+        "engine_kv_cache_gb",
+        "gpu_memory_utilization",
+        "micro_batch",
+        "gradient_checkpointing",
+        "pack_tokens",
     }
 )
 """Configuration fields a resumed run may change; any other change is refused (the checkpoint, the stored
 episodes and the held-out evaluation belong to the configuration that made them)."""
 
 
-def check_resumable(cfg: TrainConfig) -> None:
-    """Raise ``ValueError`` when ``cfg.out_dir`` holds a checkpoint of a run configured otherwise (a field outside
-    :data:`RESUME_MAY_CHANGE`): resuming it would silently mix two experiments. ``mappa train`` checks this before
-    it builds anything."""
+def check_resumable(cfg: TrainConfig) -> dict[str, Any] | None:
+    """The configuration an earlier run in ``cfg.out_dir`` saved, when this run would re-use anything of it (a
+    checkpoint, stored episodes, a held-out evaluation), else None. Raises ``ValueError`` when that run was
+    configured otherwise (a field outside :data:`RESUME_MAY_CHANGE`; fields an older version did not save count
+    as their defaults): resuming it would silently mix two experiments. ``mappa train`` checks this before it
+    builds anything."""
     out = Path(cfg.out_dir)
-    if not cfg.resume or not (out / "checkpoints" / "latest").exists() or not (out / "config.json").exists():
-        return
-    saved, now = json.loads((out / "config.json").read_text()), json.loads(json.dumps(asdict(cfg)))
-    changed = sorted(k for k in set(saved) | set(now) if k not in RESUME_MAY_CHANGE and saved.get(k) != now.get(k))
+    reused = (
+        (out / "checkpoints" / "latest").exists()
+        or (out / "eval.json").exists()
+        or any(f.stat().st_size for f in (out / "rollouts").glob("*.jsonl"))
+    )
+    if not cfg.resume or not reused or not (out / "config.json").exists():
+        return None
+    now = json.loads(json.dumps(asdict(cfg)))
+    defaults = json.loads(json.dumps(asdict(TrainConfig())))
+    saved = {**defaults, **{k: v for k, v in json.loads((out / "config.json").read_text()).items() if k in now}}
+    changed = sorted(k for k in now if k not in RESUME_MAY_CHANGE and saved.get(k) != now.get(k))
     if changed:
         diff = "; ".join(f"{k}: {saved.get(k)!r} then, {now.get(k)!r} now" for k in changed)
         raise ValueError(
-            f"{out} holds a checkpoint of a run configured otherwise ({diff}): resume it with its own "
-            "configuration, or start afresh with --no-resume or another --out"
+            f"{out} holds a run configured otherwise ({diff}): resume it with its own configuration, or start "
+            "afresh with --no-resume or another --out"
         )
+    return saved
 
 
 class TrainerBase:

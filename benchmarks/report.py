@@ -30,7 +30,7 @@ from typing import Any
 
 from mappa_envs.coach.bias import bias_report, format_report
 from mappa_envs.core import EpisodeRecord, read_jsonl
-from mappa_envs.metrics import mcnemar_exact, wilson_interval
+from mappa_envs.metrics import paired_test, wilson_interval
 
 ROLE_METRICS = (
     ("mean_coach_score", "mean reward x 10 (the coach's score; outcome-only: the outcome)"),
@@ -261,7 +261,7 @@ def _acc(e: dict[str, Any]) -> str:
 def _paired(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
     if "outcomes" not in before or "outcomes" not in after or before.get("task_ids") != after.get("task_ids"):
         return None
-    return mcnemar_exact(before["outcomes"], after["outcomes"])
+    return paired_test(before["task_ids"], before["outcomes"], after["outcomes"])
 
 
 def comparison_tables(runs: Sequence[Run]) -> list[str]:
@@ -292,13 +292,17 @@ def comparison_tables(runs: Sequence[Run]) -> list[str]:
     for x, y in pairs:
         t = _paired(y.eval["after"], x.eval["after"])  # "after" = x: x alone right counts as gained
         if t is not None:
-            rows.append(f"| {x.label} vs {y.label} | {t['gained']} | {t['lost']} | {t['p_value']:.3g} | {t['pairs']} |")
+            rows.append(
+                f"| {x.label} vs {y.label} | {t['gained']} | {t['lost']} | {t['p_value']:.3g} | "
+                f"{t['pairs']} {t['unit']}s |"
+            )
     if rows:
         lines += [
             "",
-            "After training, run against run on the same held-out episodes (exact McNemar):",
+            "After training, run against run on the same held-out episodes (exact McNemar on episodes; with k "
+            "samples per problem, the exact sign test on the problems' means):",
             "",
-            "| runs (A vs B) | A alone right | B alone right | p (two-sided) | episodes |",
+            "| runs (A vs B) | A better | B better | p (two-sided) | pairs |",
             "|---|---|---|---|---|",
             *rows,
         ]
@@ -367,7 +371,7 @@ def write_report(runs: Sequence[Run], out: str | Path, evals: Sequence[str] = ()
         )
     comparison = comparison_tables(runs)
     if comparison:
-        md += ["", "## Held-out accuracy before and after training", "", *comparison]
+        md += ["", "## Held-out results before and after training", "", *comparison]
     md += ["", "## Last iteration", "", *_final_table(runs), ""]
     faults = _faults_table(runs)
     if faults:

@@ -40,13 +40,14 @@ def _parse_value(value: str) -> Any:
 
 
 def _run_env_kwargs(run_dir: str | None) -> dict[str, Any]:
-    """The MathChat arguments a `mappa train` run trained with that change what its roles see (the prompt style)."""
+    """The MathChat arguments a `mappa train` run trained with, but those that pick its tasks (the prompt style,
+    the code executor's turns): what its roles were trained to see."""
     if not run_dir or not (Path(run_dir) / "config.json").exists():
         return {}
     cfg = json.loads((Path(run_dir) / "config.json").read_text())
     if cfg.get("env_id") != "mappa/MathChat-v0":
         return {}
-    return {k: v for k, v in (cfg.get("env_kwargs") or {}).items() if k == "prompt_style"}
+    return {k: v for k, v in (cfg.get("env_kwargs") or {}).items() if k not in ("split", "data_file", "tasks")}
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -65,11 +66,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     suites = list(args.suites or ([] if args.tasks else ["aime", "amc", "dsbench"]))
     suites += [f"tasks:{path}" for path in args.tasks]
-    mathchat_kwargs = _run_env_kwargs(args.run)
-    if args.compare and args.compare != "bundled" and _run_env_kwargs(args.compare) != mathchat_kwargs:
-        seen = mathchat_kwargs or "the defaults"
-        print(f"note: {args.compare} trained with other MathChat arguments; both teams see {seen}")
+    # the trained team's MathChat arguments (or, comparing a run with the bundled team, that run's), then --env-arg
+    compared = args.compare if args.compare and args.compare != "bundled" else None
+    mathchat_kwargs = _run_env_kwargs(args.run) if args.run else _run_env_kwargs(compared)
     mathchat_kwargs.update({k: _parse_value(v) for k, v in _kv(args.env_arg, "--env-arg").items()})
+    for run in (args.run, compared):
+        trained = _run_env_kwargs(run)
+        if run and any(mathchat_kwargs.get(k) != v for k, v in trained.items()):
+            print(
+                f"note: {run} trained with MathChat arguments {trained}; both teams see "
+                f"{mathchat_kwargs or 'the defaults'}"
+            )
     cfg = EvalConfig(
         suites=tuple(suites),
         k=args.k,
@@ -107,10 +114,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for role, who in members.items():
             print(f"{name + ' ' if args.compare else ''}{role:<16}{who}", flush=True)
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
-    result = evaluate(build_policies(team, cfg), cfg, out_dir=out, team=team)
+    policies = build_policies(team, cfg)
+    result = evaluate(policies, cfg, out_dir=out, team=team)
     print()
     print(format_tables(result))
     if args.compare:
+        import gc
+
+        del policies  # the team's engines go before the baseline's start (memory; on a GPU, its share of it)
+        gc.collect()
         base = evaluate(build_policies(teams["baseline"], cfg), cfg, out_dir=out / "baseline", team=teams["baseline"])
         print(f"\nbaseline ({args.compare}):")
         print(format_tables(base))
@@ -261,11 +273,11 @@ def _fmt_behaviour(before: dict, after: dict) -> list[str]:
 def paired_change(before: dict, after: dict) -> dict | None:
     """The exact McNemar test between two evaluations of the same held-out episodes (``outcomes`` in the same
     task order), or None when they are not the same episodes."""
-    from .metrics import mcnemar_exact, wilson_interval
+    from .metrics import paired_test, wilson_interval
 
     if before.get("task_ids") != after.get("task_ids") or "outcomes" not in before or "outcomes" not in after:
         return None
-    test = mcnemar_exact(before["outcomes"], after["outcomes"])
+    test = paired_test(before["task_ids"], before["outcomes"], after["outcomes"])
     return {
         **test,
         "accuracy_before": before["accuracy"],
@@ -278,9 +290,10 @@ def paired_change(before: dict, after: dict) -> dict | None:
 def _fmt_paired(p: dict) -> str:
     return (
         f"accuracy {p['accuracy_before']:.1%} [{p['ci95_before'][0]:.0%}, {p['ci95_before'][1]:.0%}] -> "
-        f"{p['accuracy_after']:.1%} [{p['ci95_after'][0]:.0%}, {p['ci95_after'][1]:.0%}]; paired (exact McNemar, "
-        f"{p['pairs']} episodes): {p['gained']} gained, {p['lost']} lost, p = {p['p_value']:.3g} two-sided "
-        f"({p['p_value_gain']:.3g} for a gain)"
+        f"{p['accuracy_after']:.1%} [{p['ci95_after'][0]:.0%}, {p['ci95_after'][1]:.0%}]; paired ("
+        f"{'exact McNemar' if p.get('unit', 'episode') == 'episode' else 'exact sign test on k-sample means'}, "
+        f"{p['pairs']} {p.get('unit', 'episode')}s): {p['gained']} gained, {p['lost']} lost, "
+        f"p = {p['p_value']:.3g} two-sided ({p['p_value_gain']:.3g} for a gain)"
     )
 
 
@@ -412,14 +425,18 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train(cfg, out: Path, log_dir: Path) -> int:
     """``mappa train`` after the configuration is shown and the logs are set up: build, evaluate, train, evaluate."""
+    import dataclasses
+
     from baselines.loop import check_resumable
 
     t0 = time.monotonic()
     try:
-        check_resumable(cfg)
+        saved = check_resumable(cfg)
     except ValueError as e:
         print(f"mappa train: {e}", file=sys.stderr)
         return 1
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))  # before anything is stored
     try:
         trainer = _trainer(cfg)
     except ValueError as e:  # a configuration the checks refuse (baselines.checks): the reasons, no traceback
@@ -431,6 +448,18 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
     trainer.on_phase = lambda line: print(line, flush=True)
     eval_path = out / "eval.json"
     evals = json.loads(eval_path.read_text()) if cfg.resume and eval_path.exists() else {}
+    if saved is not None and saved["iterations"] != cfg.iterations and "after" in evals:
+        # an extended (or shortened) run: its "after" evaluation was of the other length
+        print(
+            f"[resume] {saved['iterations']} iterations then, {cfg.iterations} now: the learning-rate schedule follows "
+            "the new length from here, and the after-training evaluation is made again",
+            flush=True,
+        )
+        evals.pop("after", None)
+        evals.pop("paired", None)
+        for per in (evals.get("splits") or {}).values():
+            per.pop("after", None)
+            per.pop("paired", None)
 
     def evaluate(when: str) -> None:
         """The held-out evaluation of ``eval_split`` (``evals[when]``) and of each extra split

@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .core import EpisodeRecord, extract_code_blocks
 
@@ -95,13 +96,15 @@ def per_task(records: Sequence[EpisodeRecord]) -> dict[str, list[bool]]:
     return dict(out)
 
 
-def mcnemar_exact(before: Sequence[bool], after: Sequence[bool]) -> dict[str, float | int]:
+def mcnemar_exact(before: Sequence[float], after: Sequence[float]) -> dict[str, float | int]:
     """Exact McNemar test of paired outcomes (the same problems before and after): a binomial test, p = 1/2, on
-    the discordant pairs. ``p_value`` is two-sided; ``p_value_gain`` one-sided, for "after is better"."""
+    the discordant pairs (``gained``: after > before; ``lost``: after < before). ``p_value`` is two-sided;
+    ``p_value_gain`` one-sided, for "after is better". On numbers (a problem's mean over k samples) it is the exact
+    sign test."""
     if len(before) != len(after):
         raise ValueError(f"paired outcomes need equal lengths, not {len(before)} and {len(after)}")
-    gained = sum(1 for b, a in zip(before, after, strict=True) if a and not b)
-    lost = sum(1 for b, a in zip(before, after, strict=True) if b and not a)
+    gained = sum(1 for b, a in zip(before, after, strict=True) if float(a) > float(b))
+    lost = sum(1 for b, a in zip(before, after, strict=True) if float(a) < float(b))
     n = gained + lost
 
     def at_least(k: int) -> float:  # P(X >= k), X ~ Binomial(n, 1/2)
@@ -114,6 +117,29 @@ def mcnemar_exact(before: Sequence[bool], after: Sequence[bool]) -> dict[str, fl
         "p_value": min(1.0, 2 * min(at_least(gained), at_least(lost))) if n else 1.0,
         "p_value_gain": at_least(gained),
     }
+
+
+def paired_test(task_ids: Sequence[str], before: Sequence[bool], after: Sequence[bool]) -> dict[str, Any]:
+    """The paired test of two evaluations of the same episodes (``task_ids`` in episode order, the same for both).
+    With one sample per problem: the exact McNemar test on the episodes. With k samples of a problem (its id
+    repeated), the samples are not independent: each problem's mean outcome is one pair (the exact sign test on
+    problems), ``unit`` says which."""
+    if not (len(task_ids) == len(before) == len(after)):
+        raise ValueError(f"{len(task_ids)} task ids for {len(before)} and {len(after)} outcomes")
+    if len(set(task_ids)) == len(task_ids):
+        return {**mcnemar_exact(before, after), "unit": "episode"}
+    order: list[str] = []
+    sums: dict[str, list[float]] = {}
+    for tid, b, a in zip(task_ids, before, after, strict=True):
+        if tid not in sums:
+            order.append(tid)
+            sums[tid] = [0.0, 0.0, 0]
+        sums[tid][0] += float(b)
+        sums[tid][1] += float(a)
+        sums[tid][2] += 1
+    means_b = [sums[t][0] / sums[t][2] for t in order]
+    means_a = [sums[t][1] / sums[t][2] for t in order]
+    return {**mcnemar_exact(means_b, means_a), "unit": "problem"}
 
 
 def _printed_numbers(text: str) -> list[str]:

@@ -105,6 +105,11 @@ def test_resume_continues_after_the_latest_checkpoint(tiny_model, tmp_path):
     with pytest.raises(ValueError, match=r"configured otherwise \(lr: 0.001 then, 0.0005 now\)"):
         check_resumable(replace(cfg, lr=5e-4))
     check_resumable(replace(cfg, lr=5e-4, resume=False))  # a fresh start is always allowed
+    # a config.json from an older version, without a field added since: that field counts as its default
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["pack_tokens"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert check_resumable(cfg)["pack_tokens"] == cfg.pack_tokens
 
 
 @needs

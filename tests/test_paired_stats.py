@@ -72,3 +72,19 @@ def test_role_behaviour_on_fixed_episodes():
     ce = b["code_executor"]
     assert ce["right_number_rate"] == pytest.approx(1 / 3)  # printed 42 once, 13 once, nothing once
     assert ce["tool_success_rate"] == 1.0 and 0 < ce["code_rate"] < 1
+
+
+def test_paired_test_counts_problems_not_samples_with_k_samples():
+    """k correlated samples of a problem are one pair (the sign test on the problems' means), not k pairs."""
+    from mappa_envs.metrics import paired_test
+
+    ids = ["a", "a", "b", "b", "c", "c"]
+    before = [False, False, True, False, True, True]
+    after = [True, True, True, True, True, False]  # a: 0 -> 1, b: 0.5 -> 1, c: 1 -> 0.5
+    t = paired_test(ids, before, after)
+    assert (t["unit"], t["pairs"], t["gained"], t["lost"]) == ("problem", 3, 2, 1)
+    assert t["p_value_gain"] == pytest.approx(4 / 8)  # P(X >= 2), X ~ Binomial(3, 1/2)
+    once = paired_test(["a", "b", "c"], [False, False, True], [True, True, True])
+    assert (once["unit"], once["gained"], once["lost"]) == ("episode", 2, 0)
+    with pytest.raises(ValueError, match="task ids"):
+        paired_test(["a"], [True, False], [True, False])

@@ -42,7 +42,7 @@ def test_comparison_tables_of_two_arms(tmp_path):
     # outcome: 1 gained, 1 lost
     assert "| outcome | outcome | none | arith1-eval |" in md and "| 1 / 1 | 1 | 0.75 |" in md
     # after training, coach alone right in 7 episodes, outcome alone in 0 (both right in 2)
-    assert "| coach vs outcome | 7 | 0 | 0.0156 | 10 |" in md
+    assert "| coach vs outcome | 7 | 0 | 0.0156 | 10 episodes |" in md
     assert "| coach | verifier | 50% -> 75% | 20% -> 90% |" in md
 
 
