@@ -568,6 +568,31 @@ ABLATION = (
 )
 
 
+def _wait_for_memory_release(timeout_s: float = 120.0, settle_mb: float = 64.0) -> None:
+    """Wait until the host's available memory stops rising (at most ``timeout_s``): the previous arm's Ray workers
+    and engines take seconds to exit after its driver does, and the next arm's memory check would count them."""
+
+    def available_mb() -> float | None:
+        try:
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return None
+
+    last = available_mb()
+    if last is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        time.sleep(2.0)
+        now = available_mb() or last
+        if now - last < settle_mb:
+            return
+        last = now
+
+
 def cmd_ablate(args: argparse.Namespace) -> int:
     """REINFORCE++ with the coach, outcome-only REINFORCE++ and GRPO on the same preset, seed and budget, then the
     comparison report."""
@@ -602,8 +627,10 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             print("[ablation] every arm runs the same budget: pass --samples-per-prompt 2", file=sys.stderr)
         return 1
     runs = []
-    for name, argv in arms:
+    for i, (name, argv) in enumerate(arms):
         cmd = [sys.executable, "-m", "mappa_envs.cli", *argv]
+        if i:
+            _wait_for_memory_release()
         print(f"[ablation] {name}: {' '.join(argv)}", flush=True)
         rc = subprocess.call(cmd)
         if rc != 0:
