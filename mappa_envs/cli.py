@@ -593,6 +593,28 @@ def _wait_for_memory_release(timeout_s: float = 120.0, settle_mb: float = 64.0) 
         last = now
 
 
+def _share_before_evaluation(first: Path, others: list[Path]) -> None:
+    """Give every later arm the first arm's before-training evaluation: the arms start from the same weights and
+    differ only in the estimator and the coach, which the held-out evaluation does not use, so it is the same
+    evaluation (and the arms' changes are then measured from the very same episodes). Arms that already hold an
+    evaluation keep theirs."""
+    path = first / "eval.json"
+    if not path.exists():
+        return
+    done = json.loads(path.read_text())
+    before: dict[str, Any] = {k: done[k] for k in ("before",) if k in done}
+    splits = {s: {"before": e["before"]} for s, e in (done.get("splits") or {}).items() if "before" in e}
+    if splits:
+        before["splits"] = splits
+    if not before:
+        return
+    for other in others:
+        if not (other / "eval.json").exists():
+            other.mkdir(parents=True, exist_ok=True)
+            (other / "eval.json").write_text(json.dumps({**before, "shared_from": str(first)}, indent=2))
+            print(f"[ablation] {other.name} re-uses {first.name}'s before-training evaluation", flush=True)
+
+
 def cmd_ablate(args: argparse.Namespace) -> int:
     """REINFORCE++ with the coach, outcome-only REINFORCE++ and GRPO on the same preset, seed and budget, then the
     comparison report."""
@@ -637,6 +659,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             print(f"[ablation] {name} failed with exit status {rc}", file=sys.stderr)
             return rc
         runs.append(str(out / name))
+        if i == 0 and not args.no_resume:
+            _share_before_evaluation(out / name, [out / n for n, _ in arms[1:]])
     return cmd_report_run(
         argparse.Namespace(runs=runs, label=[n for n, _ in ABLATION], out=str(out / "report"), eval=[])
     )

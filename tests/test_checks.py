@@ -238,6 +238,42 @@ def test_ablate_refuses_before_any_run_when_an_arm_cannot_run(tmp_path, capsys):
     assert not (tmp_path / "abl").exists()
 
 
+def test_ablate_arms_share_the_first_arms_before_training_evaluation(tmp_path, monkeypatch):
+    """The arms start from the same weights and evaluate the same way: the later arms get the first arm's
+    before-training evaluation (same episodes, no second evaluation), an arm with its own keeps it; each arm's
+    command is the preset with its estimator and coach."""
+    import subprocess
+    from pathlib import Path
+
+    import baselines.checks
+    import mappa_envs.cli as cli
+
+    out = tmp_path / "abl"
+    seen = {}
+    before = {"split": "arith1-eval", "accuracy": 0.25, "correct": 1, "episodes": 4, "outcomes": [1, 0, 0, 0]}
+
+    def fake_call(cmd):
+        arm = Path(cmd[cmd.index("--out") + 1])
+        seen[arm.name] = (cmd, json.loads((arm / "eval.json").read_text()) if (arm / "eval.json").exists() else None)
+        arm.mkdir(parents=True, exist_ok=True)
+        if arm.name == "coach":
+            (arm / "eval.json").write_text(json.dumps({"before": before, "after": {**before, "correct": 2}}))
+        return 0
+
+    (out / "grpo").mkdir(parents=True)
+    (out / "grpo" / "eval.json").write_text(json.dumps({"before": {"its": "own"}}))
+    monkeypatch.setattr(subprocess, "call", fake_call)
+    monkeypatch.setattr(cli, "_wait_for_memory_release", lambda: None)
+    monkeypatch.setattr(cli, "cmd_report_run", lambda args: 0)
+    monkeypatch.setattr(baselines.checks, "check_config", lambda cfg: [])  # not this machine's memory now
+    assert cli.main(["ablate", "--preset", "demo", "--out", str(out)]) == 0
+    assert seen["coach"][1] is None
+    assert seen["outcome"][1] == {"before": before, "shared_from": str(out / "coach")}
+    assert seen["grpo"][1] == {"before": {"its": "own"}}
+    cmd = seen["outcome"][0]
+    assert cmd[cmd.index("--estimator") + 1] == "outcome" and cmd[cmd.index("--coach") + 1] == "none"
+
+
 def test_held_out_tasks_that_are_in_the_training_pool_are_refused():
     # aime-train holds every problem of aime-train-512: evaluating on it is not held out
     cfg = TrainConfig(env_kwargs={"split": "aime-train-512"}, eval_split="aime-train", eval_episodes=4)
