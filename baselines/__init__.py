@@ -1,4 +1,5 @@
-"""Policies, rollouts and (later) the training baselines: REINFORCE++, GRPO, outcome-only."""
+"""Model-backed policies (transformers, vLLM engines), rollouts, and the trainers: REINFORCE++, GRPO, outcome-only
+(the single-process `local_trainer` and the distributed `ray_trainer`), their configuration and presets."""
 
 from .policies import GenerationConfig, Policy, ScriptedPolicy, TransformersPolicy
 from .rollout import policy_for, run_episodes

@@ -1,8 +1,8 @@
 """Policies: a batch of chat conversations in, one reply per conversation out.
 
-:class:`Policy` is the whole interface; rollouts batch every env instance whose current agent shares a policy
-into one ``generate`` call. :class:`TransformersPolicy` runs a local causal LM; :class:`ScriptedPolicy` replays
-fixed replies or calls a function (tests, scripted baselines, credit-assignment scenarios).
+:class:`Policy`, :class:`Generation` and :class:`ScriptedPolicy` are the env package's
+(:mod:`mappa_envs.core.policy`), re-exported here; :class:`TransformersPolicy` runs a local causal LM and
+:class:`TransformersChatBackend` makes one a coach's chat backend.
 
 A policy that samples from a model returns :class:`Generation` replies: text that also carries the token ids it
 sampled and why it stopped, so that training uses exactly those tokens (see :mod:`baselines.samples`).
@@ -10,71 +10,11 @@ sampled and why it stopped, so that training uses exactly those tokens (see :mod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
-from mappa_envs.core import Message
-
-Conversation = Sequence[Message]
-
-
-class Generation(str):
-    """A reply: the text, plus the ``token_ids`` the policy sampled (with the end-of-sequence token when it stopped
-    on one) and the ``finish_reason``: ``"stop"`` (it sampled EOS or a stop string) or ``"length"`` (cut at
-    ``max_new_tokens``). A ``str``, so every consumer of text takes it as it is. ``logprobs``: the log-probability
-    of each sampled token under the generating policy at the sampling temperature, when the engine gives them
-    (the vLLM engine does; None otherwise)."""
-
-    token_ids: tuple[int, ...]
-    finish_reason: str
-    logprobs: tuple[float, ...] | None
-
-    def __new__(
-        cls, text: str, token_ids: Sequence[int], finish_reason: str, logprobs: Sequence[float] | None = None
-    ) -> Generation:
-        self = super().__new__(cls, text)
-        self.token_ids = tuple(int(t) for t in token_ids)
-        self.finish_reason = finish_reason
-        if logprobs is not None and len(logprobs) != len(self.token_ids):
-            raise ValueError(f"{len(logprobs)} log-probs for {len(self.token_ids)} sampled tokens")
-        self.logprobs = None if logprobs is None else tuple(float(x) for x in logprobs)
-        return self
-
-    def __reduce__(self):  # pickles (Ray) as a Generation, not as a plain str
-        return (Generation, (str(self), self.token_ids, self.finish_reason, self.logprobs))
-
-
-@runtime_checkable
-class Policy(Protocol):
-    def generate(self, batch: Sequence[Conversation]) -> list[str]:
-        """One reply per conversation, in order."""
-        ...
-
-
-class ScriptedPolicy:
-    """Replies from a function of the conversation, or from a fixed list (cycled)."""
-
-    def __init__(self, replies: Callable[[Conversation], str] | Sequence[str]):
-        if callable(replies):
-            self._fn = replies
-        else:
-            replies = list(replies)
-            if not replies:
-                raise ValueError("ScriptedPolicy needs at least one reply")
-            self._replies = replies
-            self._i = 0
-            self._fn = self._next
-        self.calls = 0
-
-    def _next(self, _conversation: Conversation) -> str:
-        reply = self._replies[self._i % len(self._replies)]
-        self._i += 1
-        return reply
-
-    def generate(self, batch: Sequence[Conversation]) -> list[str]:
-        self.calls += len(batch)
-        return [self._fn(conv) for conv in batch]
+from mappa_envs.core.policy import Conversation, Generation, Policy, ScriptedPolicy
 
 
 @dataclass
@@ -187,3 +127,30 @@ class TransformersPolicy:
         if self.tokenizer.eos_token_id is not None:
             ids.add(self.tokenizer.eos_token_id)
         return ids
+
+
+class TransformersChatBackend:
+    """A local transformers model as a coach's chat backend (``LLMCoach(TransformersChatBackend(model))``; greedy
+    by default). Calls are serialised (the model is not thread-safe)."""
+
+    def __init__(self, model: str, max_new_tokens: int = 256, temperature: float = 0.0):
+        self.policy = TransformersPolicy(
+            model, GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature)
+        )
+        self.name = f"transformers:{model}"
+        self._lock = threading.Lock()
+
+    def complete(self, messages: list[dict[str, str]]) -> str:
+        with self._lock:
+            return self.policy.generate([messages])[0]
+
+
+__all__ = [
+    "Conversation",
+    "Generation",
+    "GenerationConfig",
+    "Policy",
+    "ScriptedPolicy",
+    "TransformersChatBackend",
+    "TransformersPolicy",
+]

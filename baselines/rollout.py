@@ -4,7 +4,7 @@ Each slot holds one env. At every round the slots are grouped by the policy of t
 conversations go to that policy in one ``generate`` call, and each reply is stepped into its env. Finished
 episodes are collected and the slot starts the next episode until ``n_episodes`` are done.
 
-When a policy returns :class:`baselines.policies.Generation` replies, the token ids it sampled, its finish
+When a policy returns :class:`mappa_envs.core.Generation` replies, the token ids it sampled, its finish
 reason and (when the engine gives them) the sampled tokens' log-probabilities are kept in the action's
 ``info["generation"]`` (what training trains on).
 """
@@ -17,18 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mappa_envs.core import EpisodeRecord
+from mappa_envs.core.policy import policy_for
 
 from .policies import Generation, Policy
-
-
-def policy_for(policies: Policy | Mapping[str, Policy], agent: str, role: str) -> Policy:
-    """Look a policy up by agent id, then by role name; a single policy serves every role."""
-    if not isinstance(policies, Mapping):
-        return policies
-    for key in (agent, role):
-        if key in policies:
-            return policies[key]
-    raise KeyError(f"no policy for agent {agent!r} (role {role!r}); given: {sorted(policies)}")
 
 
 def run_episodes(

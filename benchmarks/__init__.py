@@ -1,1 +1,2 @@
-"""Benchmarks that print figures: environment overhead now; sandbox, coach, generation and training later."""
+"""The top floor: the `mappa` command line (`benchmarks.cli`), training reports (`benchmarks.report`) and the
+performance suite (`mappa bench`: environment, sandbox, coach, generation and training figures beside references)."""

@@ -403,7 +403,7 @@ def bench_demo_iteration() -> dict[str, Any]:
     def run(extra: list[str]) -> float:
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [
-                sys.executable, "-m", "mappa_envs.cli", "train", "--preset", "demo-arith", "--iterations", "1",
+                sys.executable, "-m", "benchmarks.cli", "train", "--preset", "demo-arith", "--iterations", "1",
                 "--eval-episodes", "0", "--out", tmp, "--no-progress", *extra,
             ]  # fmt: skip
             done = subprocess.run(cmd, capture_output=True, text=True)

@@ -32,6 +32,7 @@ from typing import Any
 from .base import ExecResult, Limits, OutputCap, Sandbox, Session, check_env, classify, snapshot
 from .base import pid_alive as _pid_alive
 from .base import process_start as _process_start
+from .docker_client import docker_client
 from .image import DEFAULT_IMAGE
 from .subprocess_backend import CHILD_ENV
 from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block
@@ -52,23 +53,6 @@ def _close_all() -> None:
             s.close()
         except Exception:
             pass
-
-
-def docker_client(timeout: float = 60.0):
-    """A Docker SDK client for the local engine; raises a clear error when there is none."""
-    try:
-        import docker
-    except ImportError:
-        raise RuntimeError("the Docker backend needs the 'docker' extra: pip install 'mappa-envs[docker]'") from None
-    try:
-        client = docker.from_env(timeout=int(timeout))
-        client.ping()
-    except Exception as e:
-        raise RuntimeError(
-            f"no Docker engine reachable ({e}); start one (e.g. `dockerd --iptables=false --bridge=none &`) "
-            "or use the 'subprocess' backend"
-        ) from None
-    return client
 
 
 def engine_available() -> bool:

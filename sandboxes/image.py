@@ -92,7 +92,7 @@ def build_rootfs(*, force: bool = False, mirror: str | None = None) -> Path:
 
 
 def image_exists(tag: str = DEFAULT_IMAGE, client=None) -> bool:
-    from .docker_backend import docker_client
+    from .docker_client import docker_client
 
     client = client or docker_client()
     try:
@@ -104,7 +104,7 @@ def image_exists(tag: str = DEFAULT_IMAGE, client=None) -> bool:
 
 def build_image(tag: str = DEFAULT_IMAGE, *, force: bool = False, mirror: str | None = None, client=None) -> str:
     """Build the Docker sandbox image offline from :func:`build_rootfs` (root and an engine needed)."""
-    from .docker_backend import docker_client
+    from .docker_client import docker_client
 
     client = client or docker_client()
     if not force and image_exists(tag, client):

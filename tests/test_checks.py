@@ -230,7 +230,7 @@ def test_aime_train_512_split():
 def test_ablate_refuses_before_any_run_when_an_arm_cannot_run(tmp_path, capsys):
     # demo-arith draws one sample per prompt: its GRPO arm cannot run, so no arm starts (it used to fail after the
     # two other full runs)
-    from mappa_envs.cli import main
+    from benchmarks.cli import main
 
     assert main(["ablate", "--preset", "demo-arith", "--out", str(tmp_path / "abl")]) == 1
     err = capsys.readouterr().err
@@ -246,7 +246,7 @@ def test_ablate_arms_share_the_first_arms_before_training_evaluation(tmp_path, m
     from pathlib import Path
 
     import baselines.checks
-    import mappa_envs.cli as cli
+    import benchmarks.cli as cli
 
     out = tmp_path / "abl"
     seen = {}

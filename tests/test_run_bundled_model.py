@@ -19,7 +19,7 @@ needs_model = pytest.mark.skipif(
 @needs_model
 def test_mappa_run_three_episodes(tmp_path):
     out = tmp_path / "traj.jsonl"
-    cmd = [sys.executable, "-m", "mappa_envs.cli", "run", "--env", "mappa/MathChat-v0", "--episodes", "3"]
+    cmd = [sys.executable, "-m", "benchmarks.cli", "run", "--env", "mappa/MathChat-v0", "--episodes", "3"]
     cmd += ["--split", "arith-eval", "--max-new-tokens", "160", "--seed", "0", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]

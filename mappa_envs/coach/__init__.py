@@ -7,7 +7,6 @@ from .coaches import (
     LLMCoach,
     OpenAIChatBackend,
     RuleBasedCoach,
-    TransformersChatBackend,
 )
 from .protocol import CoachEvaluation, CoachInput, FileInfo, Templates, parse_answer_correct, parse_score
 from .wrapper import CoachPool, CoachRewardWrapper, MixedRewardWrapper, OutcomeRewardWrapper
@@ -27,7 +26,6 @@ __all__ = [
     "OutcomeRewardWrapper",
     "RuleBasedCoach",
     "Templates",
-    "TransformersChatBackend",
     "parse_answer_correct",
     "parse_score",
 ]

@@ -303,23 +303,6 @@ class OpenAIChatBackend:
         return r.choices[0].message.content or ""
 
 
-class TransformersChatBackend:
-    """A local transformers model as the coach (greedy by default). Not thread-safe: calls are serialised."""
-
-    def __init__(self, model: str, max_new_tokens: int = 256, temperature: float = 0.0):
-        from baselines.policies import GenerationConfig, TransformersPolicy
-
-        self.policy = TransformersPolicy(
-            model, GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature)
-        )
-        self.name = f"transformers:{model}"
-        self._lock = threading.Lock()
-
-    def complete(self, messages: list[dict[str, str]]) -> str:
-        with self._lock:
-            return self.policy.generate([messages])[0]
-
-
 class CoachCache:
     """Evaluations keyed by the coach's name and :meth:`CoachInput.key`.
 

@@ -1,6 +1,7 @@
 """Environment core: the sequential role pipeline, text handling and trajectory records."""
 
 from .pipeline import PYTHON_TOOL, PipelineEnv, Role, Task, format_feedback, render_messages
+from .policy import Generation, Policy, ScriptedPolicy, policy_for
 from .single_agent import SingleAgentView
 from .text import ParsedAction, extract_code_blocks, normalize_action, sanitize, text_space, truncate_middle
 from .tools import PythonTool, Tool, fenced_blocks, get_tool, list_tools, register_tool
@@ -10,11 +11,14 @@ __all__ = [
     "PYTHON_TOOL",
     "ActionRecord",
     "EpisodeRecord",
+    "Generation",
     "Message",
     "ParsedAction",
     "PipelineEnv",
+    "Policy",
     "PythonTool",
     "Role",
+    "ScriptedPolicy",
     "SingleAgentView",
     "Task",
     "Tool",
@@ -25,6 +29,7 @@ __all__ = [
     "get_tool",
     "list_tools",
     "normalize_action",
+    "policy_for",
     "read_jsonl",
     "register_tool",
     "render_messages",

@@ -2,7 +2,7 @@
 
 Single-agent RL code can then train one specialist inside the team::
 
-    from baselines.policies import ScriptedPolicy
+    from mappa_envs.core import ScriptedPolicy
     env = SingleAgentView(
         mappa_envs.make("mappa/MathChat-v0", split="arith-eval"),
         "code_executor",
@@ -26,6 +26,8 @@ from typing import Any
 
 import gymnasium
 
+from .policy import policy_for
+
 
 class SingleAgentView(gymnasium.Env):
     metadata = {"render_modes": ["ansi"]}
@@ -48,8 +50,6 @@ class SingleAgentView(gymnasium.Env):
         self.render_mode = render_mode
 
     def _policy(self, agent: str):
-        from baselines.rollout import policy_for
-
         return policy_for(self.others, agent, self.env.unwrapped.role(agent).name)
 
     def _over(self) -> bool:

@@ -61,8 +61,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         suite_env,
         team_from_args,
     )
-
-    from . import make
+    from mappa_envs import make
 
     suites = list(args.suites or ([] if args.tasks else ["aime", "amc", "dsbench"]))
     suites += [f"tasks:{path}" for path in args.tasks]
@@ -135,7 +134,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_envs(_args: argparse.Namespace) -> int:
-    from . import list_envs
+    from mappa_envs import list_envs
 
     for spec in list_envs():
         print(f"{spec.id:<28}{spec.description}")
@@ -145,10 +144,9 @@ def cmd_envs(_args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from baselines import GenerationConfig, TransformersPolicy, run_episodes
     from baselines.models import DEFAULT_MODEL
-
-    from . import make
-    from .core import write_jsonl
-    from .metrics import summary_table
+    from mappa_envs import make
+    from mappa_envs.core import write_jsonl
+    from mappa_envs.metrics import summary_table
 
     env_kwargs: dict[str, Any] = {k: _parse_value(v) for k, v in _kv(args.env_arg, "--env-arg").items()}
     if args.split:
@@ -237,7 +235,7 @@ def _trainer(cfg):
 
 
 def _fmt_eval(e: dict) -> str:
-    from .metrics import wilson_interval
+    from mappa_envs.metrics import wilson_interval
 
     lo, hi = wilson_interval(e["correct"], e["episodes"])
     return (
@@ -273,7 +271,7 @@ def _fmt_behaviour(before: dict, after: dict) -> list[str]:
 def paired_change(before: dict, after: dict) -> dict | None:
     """The exact McNemar test between two evaluations of the same held-out episodes (``outcomes`` in the same
     task order), or None when they are not the same episodes."""
-    from .metrics import paired_test, wilson_interval
+    from mappa_envs.metrics import paired_test, wilson_interval
 
     if before.get("task_ids") != after.get("task_ids") or "outcomes" not in before or "outcomes" not in after:
         return None
@@ -531,8 +529,8 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
 
 
 def cmd_report_coach_bias(args: argparse.Namespace) -> int:
-    from .coach.bias import bias_report, format_report, normalize_scores
-    from .core import read_jsonl
+    from mappa_envs.coach.bias import bias_report, format_report, normalize_scores
+    from mappa_envs.core import read_jsonl
 
     records = [rec for path in args.trajectories for rec in read_jsonl(path)]
     groups, gaps = bias_report(records, min_gap=args.min_gap)
@@ -650,7 +648,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         return 1
     runs = []
     for i, (name, argv) in enumerate(arms):
-        cmd = [sys.executable, "-m", "mappa_envs.cli", *argv]
+        cmd = [sys.executable, "-m", "benchmarks.cli", *argv]
         if i:
             _wait_for_memory_release()
         print(f"[ablation] {name}: {' '.join(argv)}", flush=True)
