@@ -19,7 +19,7 @@ from baselines.checks import (
 )
 from baselines.config import TrainConfig
 from baselines.presets import PRESETS, preset
-from mappa_envs import cli
+from benchmarks import cli
 
 
 @pytest.fixture(autouse=True)
