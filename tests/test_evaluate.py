@@ -149,7 +149,7 @@ def test_task_file_suites_and_paired_comparison_of_two_teams(tmp_path):
     assert (p["gained"], p["lost"], p["pairs"]) == (4, 2, 6)
     assert p["score_a"] == pytest.approx(4 / 6) and p["score_b"] == pytest.approx(2 / 6)
     assert p["p_value_gain"] == pytest.approx(22 / 64)  # P(X >= 4), X ~ Binomial(6, 1/2)
-    assert "alone right in 4" in format_comparison({"sums": p})
+    assert "a better in 4, b in 2" in format_comparison({"sums": p})
     short = evaluate(_Arithmetic(1), EvalConfig(suites=cfg.suites, sandbox="subprocess", limit=3), log=lambda *_: None)
     with pytest.raises(ValueError, match="different episodes"):
         paired_comparison(a, short)
