@@ -436,7 +436,8 @@ def paired_comparison(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, d
     return out
 
 
-def _test_name(p: Mapping[str, Any]) -> str:
+def test_name(p: Mapping[str, Any]) -> str:
+    """What a :func:`mappa_envs.metrics.paired_test` result was: McNemar on episodes, or the sign test on problems."""
     return "exact McNemar" if p.get("unit", "episode") == "episode" else "exact sign test on problems' k-sample means"
 
 
@@ -445,7 +446,7 @@ def format_comparison(paired: Mapping[str, Mapping[str, Any]], name_a: str = "a"
     for suite, p in paired.items():
         lines.append(
             f"{suite}: {p['score']} {name_a} {p['score_a']:.1%} [{p['ci95_a'][0]:.0%}, {p['ci95_a'][1]:.0%}] vs "
-            f"{name_b} {p['score_b']:.1%} [{p['ci95_b'][0]:.0%}, {p['ci95_b'][1]:.0%}]; paired ({_test_name(p)}, "
+            f"{name_b} {p['score_b']:.1%} [{p['ci95_b'][0]:.0%}, {p['ci95_b'][1]:.0%}]; paired ({test_name(p)}, "
             f"{p['pairs']} {p['unit']}s): {name_a} better in {p['gained']}, {name_b} in {p['lost']}, "
             f"p = {p['p_value']:.3g} two-sided ({p['p_value_gain']:.3g} for {name_a} better)"
         )
@@ -463,4 +464,5 @@ __all__ = [
     "paired_comparison",
     "summarize",
     "team_from_args",
+    "test_name",
 ]

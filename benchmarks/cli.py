@@ -286,10 +286,12 @@ def paired_change(before: dict, after: dict) -> dict | None:
 
 
 def _fmt_paired(p: dict) -> str:
+    from baselines.evaluate import test_name
+
     return (
         f"accuracy {p['accuracy_before']:.1%} [{p['ci95_before'][0]:.0%}, {p['ci95_before'][1]:.0%}] -> "
         f"{p['accuracy_after']:.1%} [{p['ci95_after'][0]:.0%}, {p['ci95_after'][1]:.0%}]; paired ("
-        f"{'exact McNemar' if p.get('unit', 'episode') == 'episode' else 'exact sign test on k-sample means'}, "
+        f"{test_name(p)}, "
         f"{p['pairs']} {p.get('unit', 'episode')}s): {p['gained']} gained, {p['lost']} lost, "
         f"p = {p['p_value']:.3g} two-sided ({p['p_value_gain']:.3g} for a gain)"
     )
