@@ -69,6 +69,8 @@ class EvalConfig:
     """Extra env arguments per suite."""
     mathchat_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra env arguments of every MathChat suite (e.g. ``{"prompt_style": "small"}`` for a team trained so)."""
+    dsbench_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra env arguments of every DSBench suite (e.g. ``{"role_prompts": "small", "turns": 1}``)."""
 
 
 # ---------------------------------------------------------------------------------------------- policies
@@ -335,25 +337,32 @@ def format_tables(result: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------- running
 def suite_env(suite: str, cfg: EvalConfig) -> tuple[str, dict[str, Any]]:
-    """The env id and arguments of a suite: a name of :data:`SUITES`, ``mathchat:<split>`` or ``tasks:<file>``."""
+    """The env id and arguments of a suite: a name of :data:`SUITES`, ``mathchat:<split>``, ``dsbench:<split>`` (of
+    DSBench-lite) or ``tasks:<file>``."""
     kind, _, rest = suite.partition(":")
     if suite in SUITES:
         env_id, kwargs = SUITES[suite]
     elif kind == "mathchat" and rest:
         env_id, kwargs = "mappa/MathChat-v0", {"split": rest}
+    elif kind == "dsbench" and rest:
+        env_id, kwargs = "mappa/DSBench-v0", {"suite": "lite", "split": rest}
     elif kind == "tasks" and rest:
         if not Path(rest).is_file():
             raise FileNotFoundError(f"task file {rest!r} not found (suite {suite!r})")
         env_id, kwargs = "mappa/MathChat-v0", {"data_file": rest}
     else:
-        raise ValueError(f"unknown suite {suite!r}; suites: {sorted(SUITES)}, mathchat:<split>, tasks:<file>")
+        raise ValueError(
+            f"unknown suite {suite!r}; suites: {sorted(SUITES)}, mathchat:<split>, dsbench:<split>, tasks:<file>"
+        )
     kwargs = dict(kwargs)
-    if suite == "dsbench" and cfg.dsbench_data_dir:
+    if kind == "dsbench" and cfg.dsbench_data_dir:
         kwargs.update(suite="dsbench", data_dir=cfg.dsbench_data_dir)
     if cfg.sandbox:
         kwargs["sandbox"] = cfg.sandbox
     if env_id == "mappa/MathChat-v0":
         kwargs.update(cfg.mathchat_kwargs)
+    elif env_id == "mappa/DSBench-v0":
+        kwargs.update(cfg.dsbench_kwargs)
     kwargs.update(cfg.env_kwargs.get(suite, {}))
     return env_id, kwargs
 

@@ -39,15 +39,17 @@ def _parse_value(value: str) -> Any:
         return value
 
 
-def _run_env_kwargs(run_dir: str | None) -> dict[str, Any]:
-    """The MathChat arguments a `mappa train` run trained with, but those that pick its tasks (the prompt style,
-    the code executor's turns): what its roles were trained to see."""
+def _run_env_kwargs(run_dir: str | None, env_id: str = "mappa/MathChat-v0") -> dict[str, Any]:
+    """The arguments of ``env_id`` a `mappa train` run trained with, but those that pick its tasks (MathChat: the
+    prompt style, the code executor's turns; DSBench: the role prompts, the turns): what its roles were trained
+    to see. Empty for a run of another env."""
     if not run_dir or not (Path(run_dir) / "config.json").exists():
         return {}
     cfg = json.loads((Path(run_dir) / "config.json").read_text())
-    if cfg.get("env_id") != "mappa/MathChat-v0":
+    if cfg.get("env_id", "mappa/MathChat-v0") != env_id:
         return {}
-    return {k: v for k, v in (cfg.get("env_kwargs") or {}).items() if k not in ("split", "data_file", "tasks")}
+    picks = ("split", "data_file", "tasks", "task_ids", "suite", "data_dir")
+    return {k: v for k, v in (cfg.get("env_kwargs") or {}).items() if k not in picks}
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -69,6 +71,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     compared = args.compare if args.compare and args.compare != "bundled" else None
     mathchat_kwargs = _run_env_kwargs(args.run) if args.run else _run_env_kwargs(compared)
     mathchat_kwargs.update({k: _parse_value(v) for k, v in _kv(args.env_arg, "--env-arg").items()})
+    dsbench_kwargs = _run_env_kwargs(args.run or compared, "mappa/DSBench-v0")
+    dsbench_kwargs.update({k: _parse_value(v) for k, v in _kv(args.dsbench_arg, "--dsbench-arg").items()})
     for run in (args.run, compared):
         trained = _run_env_kwargs(run)
         if run and any(mathchat_kwargs.get(k) != v for k, v in trained.items()):
@@ -89,6 +93,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         dsbench_data_dir=args.dsbench_data_dir,
         sandbox=args.sandbox,
         mathchat_kwargs=mathchat_kwargs,
+        dsbench_kwargs=dsbench_kwargs,
     )
     roles: list[str] = []
     for suite in cfg.suites:
@@ -98,6 +103,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         probe.close()
     if mathchat_kwargs:
         print(f"MathChat arguments: {mathchat_kwargs}")
+    if dsbench_kwargs:
+        print(f"DSBench arguments: {dsbench_kwargs}")
     team = team_from_args(
         roles,
         model=args.model,
@@ -789,7 +796,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--suites",
         nargs="+",
         default=None,
-        help="aime amc dsbench (the default, unless --tasks), mathchat:<split> (e.g. mathchat:arith1-eval)",
+        help="aime amc dsbench (the default, unless --tasks), mathchat:<split> (e.g. mathchat:arith1-eval), "
+        "dsbench:<split> (DSBench-lite's train, eval or all)",
     )
     p.add_argument(
         "--tasks",
@@ -804,6 +812,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="an argument of every MathChat suite (default with --run: the run's prompt_style)",
+    )
+    p.add_argument(
+        "--dsbench-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an argument of every DSBench suite, e.g. role_prompts=small (default with --run: the run's)",
     )
     p.add_argument(
         "--compare",

@@ -399,3 +399,63 @@ def test_bad_arguments():
         make_env(suite="kaggle")
     with pytest.raises(ValueError, match="reward"):
         make_env(reward="accuracy")
+
+
+# ---------------------------------------------------------------------------------------------- small-model prompts
+def _play(env, task_id: str, replies: dict[str, str]):
+    env.reset(seed=0, options={"task_id": task_id})
+    for _agent in env.agent_iter():
+        _, _, term, trunc, _ = env.last()
+        env.step(None if term or trunc else replies[env.unwrapped.role(env.agent_selection).name])
+    return env.unwrapped.record
+
+
+def _adapted(task) -> dict[str, str]:
+    """The small style's example replies with the three edits a task asks for: its target's name, a classifier
+    for a class, predicted probabilities for a probability metric."""
+    from mappa_envs.tasks.dsbench import prompts
+
+    kind = METRICS[task.metric].kind
+    target = task.target_columns[0]
+    replies = {
+        "data_engineer": prompts.SMALL_DATA_ENGINEER_REPLY.replace('"rentals"', repr(target)),
+        "modeler": prompts.SMALL_MODELER_REPLY,
+        "analyst": prompts.SMALL_ANALYST_REPLY.replace('"rentals"', repr(target)),
+    }
+    if kind != "value":
+        replies["modeler"] = replies["modeler"].replace("Regressor", "Classifier")
+    if kind == "probability":
+        replies["analyst"] = replies["analyst"].replace("model.predict(X_test)", "model.predict_proba(X_test)[:, 1]")
+    return replies
+
+
+def test_small_role_prompts_show_one_worked_example_per_role():
+    env = make_env(split="eval", role_prompts="small", turns=1)
+    for role in env.unwrapped.roles:
+        assert len(role.examples) == 1 and "```python" in role.examples[0][1], role.name
+        assert "rentals" in role.examples[0][0]  # the made-up example task, none of the lite tasks
+    assert all("rentals" not in t.prompt for t in env.unwrapped.tasks)
+    with pytest.raises(ValueError, match="role_prompts"):
+        make_env(role_prompts="tiny")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task_id", sorted(t.id for t in LITE_TASKS))
+def test_small_examples_fit_every_lite_task_once_adapted_and_a_copy_fails(lite, task_id):
+    """The worked examples demonstrate a reachable solution: with the task's target (and a classifier, and
+    probabilities, where the task asks for them) they make a valid submission on every DSBench-lite task; copied
+    verbatim they make none (the example's target is no task's)."""
+    task = lite[task_id]
+    env = make_env(task_ids=[task_id], role_prompts="small", turns=1)
+    rec = _play(env, task_id, _adapted(task))
+    assert rec.outcome["valid"], (task_id, rec.outcome["reason"])
+    from mappa_envs.tasks.dsbench import prompts
+
+    copied = {
+        "data_engineer": prompts.SMALL_DATA_ENGINEER_REPLY,
+        "modeler": prompts.SMALL_MODELER_REPLY,
+        "analyst": prompts.SMALL_ANALYST_REPLY,
+    }
+    rec = _play(env, task_id, copied)
+    assert not rec.outcome["valid"], task_id
+    env.close()

@@ -132,8 +132,10 @@ class RuleBasedCoach:
     Outcome (final agent, when the env scored a submission instead of giving a ground truth): a valid submission
     +2, +1 more if it beats the trivial baseline; an invalid one -3, or +0 when an earlier role's artifact is
     missing.
-    Gaming (issue 16): code that copies a worked example of the agent's system prompt earns nothing for running:
-    -2 in place of the +3/+1; on a math task, code that writes none of the problem's numbers -1 in place of them.
+    Gaming (issue 16), on math tasks: code that copies a worked example of the agent's system prompt earns nothing
+    for running (-2 in place of the +3/+1), nor code that writes none of the problem's numbers (-1 in place of
+    them). On data tasks the env scores the submission itself: an example's code that runs there did the job (a
+    copy that does not fit the task fails on its own: the examples name a target no task has).
     A ``\boxed{}`` holding a placeholder (``answer``, empty...) or a value boxed in the agent's system prompt (an
     example's answer) that is not a number of the task counts as no answer (-2).
     Calculations (answer roles, math tasks): a wrong ``a op b = c`` in the reply -1; else a boxed answer that is
@@ -162,7 +164,7 @@ class RuleBasedCoach:
         examples = {_normalized_code(c) for c in _CODE_BLOCK.findall(inp.system_prompt)} - {""}
         blocks = [b for b in _CODE_BLOCK.findall(out) if b.strip()]
         gamed: tuple[float, str] | None = None  # code that runs but earns nothing for it
-        if blocks and any(_normalized_code(b) in examples for b in blocks):
+        if math_task and blocks and any(_normalized_code(b) in examples for b in blocks):
             gamed = (-2, "copies the worked example's code")
         elif blocks and task_numbers and not any(_code_uses(b, task_numbers) for b in blocks):
             gamed = (-1, "code uses none of the problem's numbers")

@@ -23,8 +23,10 @@ else plain subprocesses (with a warning); the backend used is in ``record.metada
 Arguments: ``suite`` (``lite``: the bundled DSBench-lite, built on first use; ``dsbench``: the original DSBench
 data, which needs ``data_dir``), ``split`` (``train``, ``eval`` or ``all``), ``task_ids`` (a subset),
 ``tasks`` (a list of :class:`DSTask`), ``turns`` (per role), ``reward``, ``prompt_style`` (original DSBench:
-``cleaned`` or ``original`` descriptions), ``sandbox``, ``sandbox_kwargs`` (default limits: 120 s, 2 GB per
-execution) and the text limits of :class:`~mappa_envs.core.PipelineEnv`.
+``cleaned`` or ``original`` descriptions), ``role_prompts`` (``"paper"``, the default: the full hand-over contract
+in every role's prompt; ``"small"``: one worked example per role on a made-up task, for small models),
+``sandbox``, ``sandbox_kwargs`` (default limits: 120 s, 2 GB per execution) and the text limits of
+:class:`~mappa_envs.core.PipelineEnv`.
 
 Held-out tasks (:meth:`DSBenchEnv.heldout_kwargs`): split ``eval`` of the same suite and data folder, for a run
 that trains on split ``train``.
@@ -50,22 +52,27 @@ from .tasks import DSTask, load_dsbench
 DEFAULT_LIMITS = Limits(timeout_s=120.0, memory_mb=2048, cpus=1.0, pids=64, output_bytes=16_384, file_size_mb=256)
 
 
-def dsbench_roles(turns: int = 4) -> tuple[Role, ...]:
-    def role(name: str, system: str, instruction: str) -> Role:
+def dsbench_roles(turns: int = 4, role_prompts: str = "paper") -> tuple[Role, ...]:
+    """The three roles with the prompts of ``role_prompts`` (:data:`prompts.ROLE_PROMPTS`): ``"paper"``, the
+    contract-in-full prompts; ``"small"``, short instructions with one worked example each, for small models."""
+    if role_prompts not in prompts.ROLE_PROMPTS:
+        raise ValueError(f"role_prompts must be one of {prompts.ROLE_PROMPTS}, not {role_prompts!r}")
+    small = role_prompts == "small"
+    prefix = "SMALL_" if small else ""
+
+    def role(name: str) -> Role:
+        upper = name.upper()
         return Role(
             name,
-            system.replace("{turns}", str(turns)),
-            instruction,
+            getattr(prompts, f"{prefix}{upper}_SYSTEM").replace("{turns}", str(turns)),
+            getattr(prompts, f"{prefix}{upper}_INSTRUCTION"),
             max_turns=turns,
             tools=(PYTHON_TOOL,),
-            continue_instruction=prompts.CONTINUE,
+            continue_instruction=prompts.SMALL_CONTINUE if small else prompts.CONTINUE,
+            examples=prompts.SMALL_EXAMPLES[name] if small else (),
         )
 
-    return (
-        role("data_engineer", prompts.DATA_ENGINEER_SYSTEM, prompts.DATA_ENGINEER_INSTRUCTION),
-        role("modeler", prompts.MODELER_SYSTEM, prompts.MODELER_INSTRUCTION),
-        role("analyst", prompts.ANALYST_SYSTEM, prompts.ANALYST_INSTRUCTION),
-    )
+    return tuple(role(name) for name in ("data_engineer", "modeler", "analyst"))
 
 
 class DSBenchEnv(PipelineEnv):
@@ -86,6 +93,7 @@ class DSBenchEnv(PipelineEnv):
         turns: int = 4,
         reward: str = "quality",
         prompt_style: str = "cleaned",
+        role_prompts: str = "paper",
         sandbox: str | Sandbox = "auto",
         sandbox_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
@@ -110,12 +118,16 @@ class DSBenchEnv(PipelineEnv):
             if unknown:
                 raise KeyError(f"unknown DSBench task ids {unknown}; available: {sorted(by_id)}")
             ds = [by_id[i] for i in task_ids]
-        self.suite, self.split, self.reward_kind = suite, split, reward
+        self.suite, self.split, self.reward_kind, self.role_prompts = suite, split, reward, role_prompts
         self.ds_tasks: dict[str, DSTask] = {t.id: t for t in ds}
         if isinstance(sandbox, str):
             sandbox_kwargs = {"limits": DEFAULT_LIMITS, **(sandbox_kwargs or {})}
         super().__init__(
-            dsbench_roles(turns), [t.to_task() for t in ds], sandbox=sandbox, **kwargs, sandbox_kwargs=sandbox_kwargs
+            dsbench_roles(turns, role_prompts),
+            [t.to_task() for t in ds],
+            sandbox=sandbox,
+            **kwargs,
+            sandbox_kwargs=sandbox_kwargs,
         )
 
     @classmethod

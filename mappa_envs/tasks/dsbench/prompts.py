@@ -49,3 +49,111 @@ ARTIFACTS = {
     "modeler": ("model.pkl",),
     "analyst": ("submission.csv",),
 }
+
+# ------------------------------------------------------------------------------------------ small-model style
+# `role_prompts="small"` (issue 16): one short instruction and one worked example per role, shown as an earlier
+# chat turn (`Role.examples`), for models that follow a format only when shown one (SmolLM2-135M writes no
+# submission with the prompts above: 0/4 valid on the lite eval tasks). The example is a made-up regression task
+# (bike rentals) that is none of DSBench-lite's: a copied reply names the example's target (`rentals`), which no
+# task has, so the data engineer's copy raises and the analyst's writes the wrong columns; the modeler's code does
+# not depend on the task except through the choice of a classifier or a regressor, which the task's metric decides.
+SMALL_EXAMPLE_TASK = (
+    "# Bike Rentals\n\n"
+    "## Overview\nPredict how many bikes are rented in a day from the weather and the season.\n\n"
+    "## Dataset Description\ntrain.csv has 300 rows, test.csv 100. Each row has an `id`.\n"
+    "- season: spring, summer, autumn or winter\n- temperature: in degrees Celsius; some are missing\n"
+    "- holiday: yes or no\n- rentals: bikes rented that day (target)\n\n"
+    "## Evaluation\nSubmissions are evaluated on root mean squared error. Lower is better.\n\n"
+    "## Submission File\nFor each id in the test set, you must predict `rentals`. The file should contain a header "
+    "and have the following format:\n```\nid,rentals\n300,250.0\n301,250.0\n...\n```\n\n"
+    "## Workspace\nThe current directory starts with: train.csv, test.csv, sample_submission.csv."
+)
+
+SMALL_TEAM = (
+    "You are one of three agents solving a data-science task in one shared folder: a data engineer, then a modeler, "
+    "then an analyst. Write one ```python block (pandas, numpy and scikit-learn are installed); it runs in the "
+    "folder and you see its output."
+)
+SMALL_DATA_ENGINEER_SYSTEM = (
+    SMALL_TEAM + " You are the data engineer: write X_train.pkl, y_train.pkl and X_test.pkl from train.csv and "
+    "test.csv. The target is the column the task names as its target."
+)
+SMALL_DATA_ENGINEER_INSTRUCTION = "Write X_train.pkl, y_train.pkl and X_test.pkl in one ```python block."
+SMALL_DATA_ENGINEER_REPLY = (
+    "```python\nimport pandas as pd\n"
+    'train = pd.read_csv("train.csv")\ntest = pd.read_csv("test.csv")\n'
+    'target = "rentals"\n'
+    "train = train.dropna(subset=[target])\n"
+    'features = [c for c in train.columns if c not in ("id", target)]\n'
+    "X_train = pd.get_dummies(train[features]).fillna(0)\n"
+    "X_test = pd.get_dummies(test[features]).reindex(columns=X_train.columns, fill_value=0).fillna(0)\n"
+    'X_train.to_pickle("X_train.pkl")\ntrain[target].to_pickle("y_train.pkl")\nX_test.to_pickle("X_test.pkl")\n'
+    "print(X_train.shape, X_test.shape)\n```"
+)
+SMALL_MODELER_SYSTEM = (
+    SMALL_TEAM + " You are the modeler: train a model on X_train.pkl and y_train.pkl and save it as model.pkl. "
+    "Use a classifier when the task predicts a class, a regressor when it predicts a number."
+)
+SMALL_MODELER_INSTRUCTION = "Train a model and write model.pkl in one ```python block."
+SMALL_MODELER_REPLY = (
+    "```python\nimport pandas as pd\nimport pickle\nfrom sklearn.ensemble import RandomForestRegressor\n"
+    'X = pd.read_pickle("X_train.pkl")\ny = pd.read_pickle("y_train.pkl")\n'
+    "model = RandomForestRegressor(n_estimators=50, max_depth=10, random_state=0)\nmodel.fit(X, y)\n"
+    'pickle.dump(model, open("model.pkl", "wb"))\nprint(model.score(X, y))\n```'
+)
+SMALL_ANALYST_SYSTEM = (
+    SMALL_TEAM + " You are the analyst: predict every test row with model.pkl and X_test.pkl and write "
+    "submission.csv with the columns of the task's Submission File (predicted probabilities when the metric needs "
+    "them)."
+)
+SMALL_ANALYST_INSTRUCTION = "Write submission.csv in one ```python block."
+SMALL_ANALYST_REPLY = (
+    "```python\nimport pandas as pd\nimport pickle\n"
+    'model = pickle.load(open("model.pkl", "rb"))\nX_test = pd.read_pickle("X_test.pkl")\n'
+    'test = pd.read_csv("test.csv")\n'
+    'submission = pd.DataFrame({"id": test["id"], "rentals": model.predict(X_test)})\n'
+    'submission.to_csv("submission.csv", index=False)\nprint(submission.shape)\n```'
+)
+SMALL_CONTINUE = (
+    "That is your code's output. If it failed, write a corrected ```python block; otherwise say in one sentence "
+    "what you wrote."
+)
+
+
+def _small_example(earlier: str, instruction: str) -> str:
+    """An example's user message, laid out as :class:`~mappa_envs.core.PipelineEnv` lays out a real one."""
+    parts = [f"## Task\n{SMALL_EXAMPLE_TASK}"]
+    if earlier:
+        parts.append(f"## Work of the earlier agents\n{earlier}")
+    parts.append(f"## Your job\n{instruction}")
+    return "\n\n".join(parts)
+
+
+_OK = "Execution status: ok (exit code 0)\nstdout:\n"
+SMALL_EXAMPLES = {
+    "data_engineer": ((_small_example("", SMALL_DATA_ENGINEER_INSTRUCTION), SMALL_DATA_ENGINEER_REPLY),),
+    "modeler": (
+        (
+            _small_example(
+                f"### Data engineer\n{SMALL_DATA_ENGINEER_REPLY}\n### Result of running the data engineer's code\n"
+                f"{_OK}(300, 6) (100, 6)",
+                SMALL_MODELER_INSTRUCTION,
+            ),
+            SMALL_MODELER_REPLY,
+        ),
+    ),
+    "analyst": (
+        (
+            _small_example(
+                f"### Data engineer\n(wrote X_train.pkl, y_train.pkl, X_test.pkl)\n"
+                f"### Modeler\n{SMALL_MODELER_REPLY}\n### Result of running the modeler's code\n{_OK}0.91",
+                SMALL_ANALYST_INSTRUCTION,
+            ),
+            SMALL_ANALYST_REPLY,
+        ),
+    ),
+}
+"""Per role, its worked example as (user message, assistant reply) turns (``Role.examples``)."""
+
+ROLE_PROMPTS = ("paper", "small")
+"""``role_prompts`` values of DSBench: the prompts above (the default) or the small-model style."""
