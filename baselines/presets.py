@@ -85,6 +85,33 @@ PRESETS["demo-arith"] = replace(
     out_dir="runs/demo-arith",
 )
 
+# DSBench-lite's counterpart of the demo (issue 16, item 6): the bundled SmolLM2-135M per role, REINFORCE++ with the
+# rule-based coach, on the 14 training tasks in the small-model role prompts (one worked example per role, one
+# reply each: the model does not fix its code from an error), the 4 held-out tasks sampled 4 times each at 0.6
+# before and after. A pilot of the bundled team on the *training* tasks (greedy, 320 new tokens) made no valid
+# submission in 14: the data engineer names the task's target but drops lines of the example, the modeler and
+# analyst copy the data engineer's code. Analyst prompts reach ~2000 tokens: gradient checkpointing keeps three
+# trainer ranks and three engines within 24 GB.
+PRESETS["demo-dsbench"] = replace(
+    PRESETS["demo"],
+    env_id="mappa/DSBench-v0",
+    env_kwargs={"suite": "lite", "split": "train", "role_prompts": "small", "turns": 1},
+    iterations=4,
+    prompts_per_iteration=7,
+    samples_per_prompt=2,
+    max_new_tokens=320,
+    max_prompt_tokens=2560,
+    pack_tokens=0,
+    micro_batch=1,
+    gradient_checkpointing=True,
+    concurrency=14,
+    eval_split="eval",
+    eval_episodes=4,
+    eval_samples=4,
+    eval_temperature=0.6,
+    out_dir="runs/demo-dsbench",
+)
+
 # --------------------------------------------------------------------------------------------- the paper's runs
 # The reference implementation's training scripts (ltjed/multiagent-coaching at commit ed66921:
 # scripts/run_train_mathchat.sh, scripts/run_train_dsbench.sh; defaults from marti/cli/configs/default.yaml):
