@@ -1,22 +1,19 @@
 """The coach: per-action process rewards (MAPPA), its protocol, backends, reward wrappers and diagnostics."""
 
-from .coaches import (
-    CoachCache,
-    EnsembleCoach,
-    LengthCoach,
-    LLMCoach,
-    OpenAIChatBackend,
-    RuleBasedCoach,
-)
+from .coaches import Coach, CoachStats, EnsembleCoach, LengthCoach
+from .llm import CoachCache, LLMCoach, OpenAIChatBackend
 from .protocol import CoachEvaluation, CoachInput, FileInfo, Templates, parse_answer_correct, parse_score
+from .rule_based import RuleBasedCoach
 from .wrapper import CoachPool, CoachRewardWrapper, MixedRewardWrapper, OutcomeRewardWrapper
 
 __all__ = [
+    "Coach",
     "CoachCache",
     "CoachEvaluation",
     "CoachInput",
     "CoachPool",
     "CoachRewardWrapper",
+    "CoachStats",
     "EnsembleCoach",
     "FileInfo",
     "LLMCoach",
