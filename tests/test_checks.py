@@ -20,6 +20,7 @@ from baselines.checks import (
 from baselines.config import TrainConfig
 from baselines.presets import PRESETS, preset
 from benchmarks import cli
+from benchmarks.commands import train as train_command
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +35,7 @@ def _budget(monkeypatch, tmp_path):
     def no_trainer(cfg):
         raise AssertionError("--dry-run must not build a trainer")
 
-    monkeypatch.setattr(cli, "_trainer", no_trainer)
+    monkeypatch.setattr(train_command, "_trainer", no_trainer)
 
 
 def by_name(cs: list[checks.Check]) -> dict[str, checks.Check]:
@@ -247,6 +248,7 @@ def test_ablate_arms_share_the_first_arms_before_training_evaluation(tmp_path, m
 
     import baselines.checks
     import benchmarks.cli as cli
+    from benchmarks.commands import ablate
 
     out = tmp_path / "abl"
     seen = {}
@@ -263,8 +265,8 @@ def test_ablate_arms_share_the_first_arms_before_training_evaluation(tmp_path, m
     (out / "grpo").mkdir(parents=True)
     (out / "grpo" / "eval.json").write_text(json.dumps({"before": {"its": "own"}}))
     monkeypatch.setattr(subprocess, "call", fake_call)
-    monkeypatch.setattr(cli, "_wait_for_memory_release", lambda: None)
-    monkeypatch.setattr(cli, "cmd_report_run", lambda args: 0)
+    monkeypatch.setattr(ablate, "_wait_for_memory_release", lambda: None)
+    monkeypatch.setattr(ablate, "cmd_report_run", lambda args: 0)
     monkeypatch.setattr(baselines.checks, "check_config", lambda cfg: [])  # not this machine's memory now
     assert cli.main(["ablate", "--preset", "demo", "--out", str(out)]) == 0
     assert seen["coach"][1] is None

@@ -8,7 +8,7 @@ import math
 import pytest
 
 import mappa_envs
-from benchmarks.cli import paired_change
+from benchmarks.commands.train import paired_change
 from mappa_envs.metrics import mcnemar_exact, role_behaviour
 
 

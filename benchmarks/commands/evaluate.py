@@ -1,0 +1,177 @@
+"""``mappa eval``: a team (the bundled model, a run's models, endpoints) on named suites and task files, with
+intervals, and with ``--compare`` a baseline team on the same episodes and the exact paired test."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import env_args, key_values
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("eval", help="evaluate a team (AIME-32, AMC-32, DSBench eval, task files), with intervals")
+    p.add_argument(
+        "--suites",
+        nargs="+",
+        default=None,
+        help="aime amc dsbench (the default, unless --tasks), mathchat:<split> (e.g. mathchat:arith1-eval), "
+        "dsbench:<split> (DSBench-lite's train, eval or all)",
+    )
+    p.add_argument(
+        "--tasks",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a MathChat task file (JSON list / JSON lines of prompt and answer, as make(..., data_file=))",
+    )
+    p.add_argument(
+        "--env-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an argument of every MathChat suite (default with --run: the run's prompt_style)",
+    )
+    p.add_argument(
+        "--dsbench-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an argument of every DSBench suite, e.g. role_prompts=small (default with --run: the run's)",
+    )
+    p.add_argument(
+        "--compare",
+        nargs="?",
+        const="bundled",
+        default=None,
+        metavar="RUN",
+        help="also evaluate a baseline on the same episodes (the bundled team, or RUN's models) with a paired test",
+    )
+    p.add_argument("-k", type=int, default=1, help="samples per problem")
+    p.add_argument("--model", default=None, help="model for every role (default: the bundled smollm2-135m)")
+    p.add_argument("--role-model", action="append", default=[], metavar="ROLE=MODEL", help="model for one role")
+    p.add_argument("--run", default=None, help="a `mappa train` output folder: its models/<role>/ play the roles")
+    p.add_argument(
+        "--role-endpoint",
+        action="append",
+        default=[],
+        metavar="ROLE=[MODEL@]URL",
+        help="an OpenAI-compatible endpoint for one role (API key from OPENAI_API_KEY)",
+    )
+    p.add_argument("--endpoint-model", default=None, help="served model name for endpoints given without MODEL@")
+    p.add_argument("--engine", default="vllm", help="local models: vllm (in-process engine) | transformers")
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-prompt-tokens", type=int, default=3072)
+    p.add_argument("--limit", type=int, default=None, help="only the first N problems of each suite")
+    p.add_argument("--concurrency", type=int, default=16, help="episodes in flight")
+    p.add_argument("--dsbench-data-dir", default=None, help="original DSBench data (default: DSBench-lite eval)")
+    p.add_argument("--sandbox", default=None, help="sandbox backend (default: each env's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="output folder (default runs/eval-<time>)")
+    p.set_defaults(func=cmd_eval)
+    return p
+
+
+def _run_env_kwargs(run_dir: str | None, env_id: str = "mappa/MathChat-v0") -> dict[str, Any]:
+    """The arguments of ``env_id`` a `mappa train` run trained with, but those that pick its tasks (MathChat: the
+    prompt style, the code executor's turns; DSBench: the role prompts, the turns): what its roles were trained
+    to see. Empty for a run of another env."""
+    if not run_dir or not (Path(run_dir) / "config.json").exists():
+        return {}
+    cfg = json.loads((Path(run_dir) / "config.json").read_text())
+    if cfg.get("env_id", "mappa/MathChat-v0") != env_id:
+        return {}
+    picks = ("split", "data_file", "tasks", "task_ids", "suite", "data_dir")
+    return {k: v for k, v in (cfg.get("env_kwargs") or {}).items() if k not in picks}
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from baselines.evaluate import (
+        EvalConfig,
+        build_policies,
+        evaluate,
+        format_comparison,
+        format_tables,
+        paired_comparison,
+        suite_env,
+        team_from_args,
+    )
+    from mappa_envs import make
+
+    suites = list(args.suites or ([] if args.tasks else ["aime", "amc", "dsbench"]))
+    suites += [f"tasks:{path}" for path in args.tasks]
+    # the trained team's MathChat arguments (or, comparing a run with the bundled team, that run's), then --env-arg
+    compared = args.compare if args.compare and args.compare != "bundled" else None
+    mathchat_kwargs = _run_env_kwargs(args.run) if args.run else _run_env_kwargs(compared)
+    mathchat_kwargs.update(env_args(args.env_arg))
+    dsbench_kwargs = _run_env_kwargs(args.run or compared, "mappa/DSBench-v0")
+    dsbench_kwargs.update(env_args(args.dsbench_arg, "--dsbench-arg"))
+    for run in (args.run, compared):
+        trained = _run_env_kwargs(run)
+        if run and any(mathchat_kwargs.get(k) != v for k, v in trained.items()):
+            print(
+                f"note: {run} trained with MathChat arguments {trained}; both teams see "
+                f"{mathchat_kwargs or 'the defaults'}"
+            )
+    cfg = EvalConfig(
+        suites=tuple(suites),
+        k=args.k,
+        seed=args.seed,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        max_prompt_tokens=args.max_prompt_tokens,
+        limit=args.limit,
+        concurrency=args.concurrency,
+        engine=args.engine,
+        dsbench_data_dir=args.dsbench_data_dir,
+        sandbox=args.sandbox,
+        mathchat_kwargs=mathchat_kwargs,
+        dsbench_kwargs=dsbench_kwargs,
+    )
+    roles: list[str] = []
+    for suite in cfg.suites:
+        env_id, kwargs = suite_env(suite, cfg)
+        probe = make(env_id, **kwargs)
+        roles += [r.name for r in probe.unwrapped.roles if r.name not in roles]
+        probe.close()
+    if mathchat_kwargs:
+        print(f"MathChat arguments: {mathchat_kwargs}")
+    if dsbench_kwargs:
+        print(f"DSBench arguments: {dsbench_kwargs}")
+    team = team_from_args(
+        roles,
+        model=args.model,
+        role_models=key_values(args.role_model, "--role-model"),
+        run_dir=args.run,
+        role_endpoints=key_values(args.role_endpoint, "--role-endpoint"),
+        endpoint_model=args.endpoint_model,
+    )
+    teams = {"team": team}
+    if args.compare:  # the baseline: the bundled model in every role, or another run's exported models
+        teams["baseline"] = team_from_args(roles, run_dir=None if args.compare == "bundled" else args.compare)
+    for name, members in teams.items():
+        for role, who in members.items():
+            print(f"{name + ' ' if args.compare else ''}{role:<16}{who}", flush=True)
+    out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
+    policies = build_policies(team, cfg)
+    result = evaluate(policies, cfg, out_dir=out, team=team)
+    print()
+    print(format_tables(result))
+    if args.compare:
+        import gc
+
+        del policies  # the team's engines go before the baseline's start (memory; on a GPU, its share of it)
+        gc.collect()
+        base = evaluate(build_policies(teams["baseline"], cfg), cfg, out_dir=out / "baseline", team=teams["baseline"])
+        print(f"\nbaseline ({args.compare}):")
+        print(format_tables(base))
+        result["baseline"] = {"compare": args.compare, "team": base["team"], "suites": base["suites"]}
+        result["paired"] = paired_comparison(result, base)
+        print("\n" + format_comparison(result["paired"], "team", "baseline"))
+        (out / "eval.json").write_text(json.dumps(result, indent=1, default=str))
+    print(f"\nresults: {out / 'eval.json'} (trajectories beside it)")
+    return 0

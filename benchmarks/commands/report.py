@@ -1,0 +1,56 @@
+"""``mappa report``: a training report of runs (:mod:`benchmarks.report`) and the coach-bias report of trajectories
+(:mod:`mappa_envs.coach.bias`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser("report", help="reports over trajectories")
+    rsub = p.add_subparsers(dest="report", required=True)
+    r = rsub.add_parser("coach-bias", help="coach scores by role, task type and outcome, with flagged gaps")
+    r.add_argument("trajectories", nargs="+", help="trajectory files (JSON lines)")
+    r.add_argument("--min-gap", type=float, default=0.5, help="smallest gap (points) worth flagging")
+    r.add_argument("--normalize", action="store_true", help="also show the effect of per-group normalisation")
+    r.set_defaults(func=cmd_report_coach_bias)
+    r = rsub.add_parser("run", help="a training report (Markdown + PNG, and HTML) of one or more runs")
+    r.add_argument("runs", nargs="+", help="`mappa train` output folders (several: overlaid for comparison)")
+    r.add_argument("--label", action="append", default=None, help="a name per run, in order")
+    r.add_argument("--eval", action="append", default=None, help="a `mappa eval` eval.json to include")
+    r.add_argument("--out", default=None, help="output folder (default: <first run>/report)")
+    r.set_defaults(func=cmd_report_run)
+    return p
+
+
+def cmd_report_coach_bias(args: argparse.Namespace) -> int:
+    from mappa_envs.coach.bias import bias_report, format_report, normalize_scores
+    from mappa_envs.core import read_jsonl
+
+    records = [rec for path in args.trajectories for rec in read_jsonl(path)]
+    groups, gaps = bias_report(records, min_gap=args.min_gap)
+    if not groups:
+        print("no coach evaluations in these trajectories (run with a CoachRewardWrapper)")
+        return 1
+    print(format_report(groups, gaps))
+    if args.normalize:
+        normalize_scores(records)
+        groups, gaps = bias_report(records, min_gap=args.min_gap, score_key="normalized_score")
+        print("\nafter per-group normalisation (role x task type):")
+        print(format_report(groups, gaps))
+    return 0
+
+
+def cmd_report_run(args: argparse.Namespace) -> int:
+    from benchmarks.report import Run, write_report
+
+    labels = list(args.label or [])
+    if labels and len(labels) != len(args.runs):
+        raise SystemExit(f"--label given {len(labels)} times for {len(args.runs)} runs")
+    runs = [Run(path, labels[i] if labels else None) for i, path in enumerate(args.runs)]
+    out = Path(args.out or Path(args.runs[0]) / "report")
+    md = write_report(runs, out, evals=args.eval or [])
+    print(f"report: {md} and {out / 'report.html'} (figures: {', '.join(p.name for p in sorted(out.glob('*.png')))})")
+    return 0

@@ -1,0 +1,316 @@
+"""``mappa train``: its parser (the table of :mod:`.options`), the configuration, the run (evaluate, train,
+evaluate, the paired change) and its console lines."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .common import env_args
+from .options import TRAIN_OPTIONS
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    from baselines.presets import PRESETS
+
+    p = sub.add_parser("train", help="train every role with REINFORCE++ / GRPO / outcome-only")
+    p.add_argument("--preset", default="demo", choices=list(PRESETS), help=" | ".join(PRESETS))
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the configuration and the pre-flight checks (model on disk, tasks, memory estimate) and exit: "
+        "0 if it can run here, 1 if not; starts nothing",
+    )
+    p.add_argument("--env", default=None, help="registered env id (default: the preset's)")
+    p.add_argument(
+        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env argument (JSON values), repeatable"
+    )
+    for option in TRAIN_OPTIONS:
+        option.add_to(p)
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show the libraries' logs (Ray, vLLM, DeepSpeed, transformers) on the console too; by default they go "
+        "only to <out>/logs/",
+    )
+    p.set_defaults(func=cmd_train)
+    return p
+
+
+def train_config(args: argparse.Namespace):
+    """The ``TrainConfig`` of ``mappa train``'s arguments: the preset, with each option given replacing its field."""
+    from baselines.presets import preset
+
+    base = preset(args.preset)
+    other_env = bool(args.env) and args.env != base.env_id
+    env_kwargs = {} if other_env else None  # the preset's arguments belong to its own env
+    if args.env_arg:
+        env_kwargs = {**(base.env_kwargs if env_kwargs is None else env_kwargs), **env_args(args.env_arg)}
+    overrides = {o.field: getattr(args, o.field) for o in TRAIN_OPTIONS}
+    if overrides["eval_extra_splits"] is not None:
+        overrides["eval_extra_splits"] = tuple(overrides["eval_extra_splits"])
+    cfg = preset(args.preset, env_id=args.env, env_kwargs=env_kwargs, **overrides)
+    if other_env and args.eval_split is None:
+        cfg = dataclasses.replace(cfg, eval_split=None)  # the preset's held-out split belongs to its own env
+    return cfg
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import os
+
+    cfg = train_config(args)
+    if args.dry_run:
+        print(json.dumps(dataclasses.asdict(cfg)), flush=True)  # machine-readable, first line
+        return _dry_run(cfg, args.preset)
+    from baselines.console import setup_run_logging
+
+    out = Path(cfg.out_dir)
+    print(f"configuration (preset {args.preset}):")
+    print(_config_table(cfg))
+    print(f"(saved to {out / 'config.json'} when training starts)")
+    log_dir = setup_run_logging(out, args.verbose)
+    if args.verbose:
+        print(f"library logs: on this console (--verbose), and the driver's in {log_dir / 'driver.log'}", flush=True)
+    else:
+        print(f"library logs (Ray, vLLM, DeepSpeed, transformers): {log_dir}/ (--verbose shows them here)", flush=True)
+    # the Ray trainer's actors write their output to files there (baselines.console.redirect_actor_output)
+    previous = os.environ.pop("MAPPA_ACTOR_LOG_DIR", None)
+    if not args.verbose:
+        os.environ["MAPPA_ACTOR_LOG_DIR"] = str(log_dir.resolve())
+    try:
+        return _train(cfg, out, log_dir)
+    except Exception:
+        if not args.verbose:
+            print(f"mappa train: failed; the libraries' logs are in {log_dir}/", file=sys.stderr, flush=True)
+        raise
+    finally:
+        os.environ.pop("MAPPA_ACTOR_LOG_DIR", None)
+        if previous is not None:
+            os.environ["MAPPA_ACTOR_LOG_DIR"] = previous
+
+
+def _trainer(cfg):
+    if cfg.trainer == "ray":
+        from baselines.ray_trainer import RayTrainer
+
+        return RayTrainer(cfg)
+    if cfg.trainer == "local":
+        from baselines.local_trainer import LocalTrainer
+
+        return LocalTrainer(cfg)
+    raise ValueError(f"trainer must be 'ray' or 'local', not {cfg.trainer!r}")
+
+
+def _fmt_eval(e: dict) -> str:
+    from mappa_envs.metrics import wilson_interval
+
+    lo, hi = wilson_interval(e["correct"], e["episodes"])
+    return (
+        f"accuracy {e['accuracy']:.1%} [{lo:.0%}, {hi:.0%}] ({e['correct']}/{e['episodes']}), code-executor "
+        f"code rate {e['code_rate']:.1%}, tool success {e['tool_success_rate']:.1%}"
+    )
+
+
+BEHAVIOUR = (
+    ("boxed_rate", "boxed answer"),
+    ("right_answer_rate", "right answer"),
+    ("code_rate", "code"),
+    ("tool_success_rate", "tool success"),
+    ("right_number_rate", "right number printed"),
+)
+
+
+def _fmt_behaviour(before: dict, after: dict) -> list[str]:
+    """Per role, each behaviour figure that is not 0 before and after: ``before -> after``."""
+    lines = []
+    for role, b in (before.get("behaviour") or {}).items():
+        a = (after.get("behaviour") or {}).get(role, {})
+        parts = [
+            f"{label} {b.get(key, 0):.0%} -> {a.get(key, 0):.0%}"
+            for key, label in BEHAVIOUR
+            if b.get(key, 0) or a.get(key, 0)
+        ]
+        if parts:
+            lines.append(f"  {role}: " + ", ".join(parts))
+    return lines
+
+
+def paired_change(before: dict, after: dict) -> dict | None:
+    """The exact McNemar test between two evaluations of the same held-out episodes (``outcomes`` in the same
+    task order), or None when they are not the same episodes."""
+    from mappa_envs.metrics import paired_test, wilson_interval
+
+    if before.get("task_ids") != after.get("task_ids") or "outcomes" not in before or "outcomes" not in after:
+        return None
+    test = paired_test(before["task_ids"], before["outcomes"], after["outcomes"])
+    return {
+        **test,
+        "accuracy_before": before["accuracy"],
+        "accuracy_after": after["accuracy"],
+        "ci95_before": list(wilson_interval(before["correct"], before["episodes"])),
+        "ci95_after": list(wilson_interval(after["correct"], after["episodes"])),
+    }
+
+
+def _fmt_paired(p: dict) -> str:
+    from baselines.evaluate import test_name
+
+    return (
+        f"accuracy {p['accuracy_before']:.1%} [{p['ci95_before'][0]:.0%}, {p['ci95_before'][1]:.0%}] -> "
+        f"{p['accuracy_after']:.1%} [{p['ci95_after'][0]:.0%}, {p['ci95_after'][1]:.0%}]; paired ("
+        f"{test_name(p)}, "
+        f"{p['pairs']} {p.get('unit', 'episode')}s): {p['gained']} gained, {p['lost']} lost, "
+        f"p = {p['p_value']:.3g} two-sided ({p['p_value_gain']:.3g} for a gain)"
+    )
+
+
+def _config_table(cfg) -> str:
+    """The configuration's fields, two to a line."""
+    names = [f.name for f in dataclasses.fields(cfg)]
+    key = max(len(n) for n in names) + 2
+    cells = [f"{n:<{key}}{json.dumps(getattr(cfg, n))}" for n in names]
+    width = max(len(c) for c in cells) + 2
+    if width > 60:
+        return "\n".join(cells)
+    return "\n".join("".join(c.ljust(width) for c in cells[i : i + 2]).rstrip() for i in range(0, len(cells), 2))
+
+
+def _dry_run(cfg, preset_name: str) -> int:
+    """``mappa train --dry-run``: the configuration and every pre-flight check; 0 if it can run here, else 1."""
+    from baselines.checks import check_config, failed, format_checks
+
+    print(f"\nconfiguration (preset {preset_name}):")
+    print(_config_table(cfg))
+    checks = check_config(cfg)
+    print("\nchecks:")
+    print(format_checks(checks))
+    bad = failed(checks)
+    if not bad:
+        print("\ndry run: every check passed; this configuration can run here")
+        return 0
+    print(f"\ndry run: cannot run here ({len(bad)} failed check{'s' if len(bad) > 1 else ''}):")
+    for c in bad:
+        print(f"- {c.name}: {c.detail.splitlines()[0]}")
+    return 1
+
+
+def _train(cfg, out: Path, log_dir: Path) -> int:
+    """``mappa train`` after the configuration is shown and the logs are set up: build, evaluate, train, evaluate."""
+    from baselines.loop import check_resumable
+
+    t0 = time.monotonic()
+    try:
+        saved = check_resumable(cfg)
+    except ValueError as e:
+        print(f"mappa train: {e}", file=sys.stderr)
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))  # before anything is stored
+    try:
+        trainer = _trainer(cfg)
+    except ValueError as e:  # a configuration the checks refuse (baselines.checks): the reasons, no traceback
+        if not str(e).startswith("the training configuration cannot run here"):
+            raise
+        print(f"mappa train: {e}", file=sys.stderr)
+        return 1
+    print(f"[{cfg.trainer} trainer ready in {time.monotonic() - t0:.0f}s]", flush=True)
+    trainer.on_phase = lambda line: print(line, flush=True)
+    eval_path = out / "eval.json"
+    evals = _stored_evaluations(cfg, eval_path, saved)
+    try:
+        _evaluate(trainer, cfg, evals, eval_path, "before")
+        trainer.train(on_iteration=lambda m: _print_iteration(trainer, cfg, m, t0))
+        _evaluate(trainer, cfg, evals, eval_path, "after")
+        if cfg.eval_episodes:
+            _print_changes(cfg, evals)
+            eval_path.write_text(json.dumps(evals, indent=2))
+    finally:
+        trainer.close()
+    print(f"done in {time.monotonic() - t0:.0f}s; outputs in {cfg.out_dir} (library logs in {log_dir})")
+    return 0
+
+
+def _stored_evaluations(cfg, eval_path: Path, saved: dict | None) -> dict[str, Any]:
+    """The evaluations a resumed run already made (none afresh); an extended (or shortened) run drops its "after"
+    evaluation, which was of the other length."""
+    evals = json.loads(eval_path.read_text()) if cfg.resume and eval_path.exists() else {}
+    if saved is not None and saved["iterations"] != cfg.iterations and "after" in evals:
+        print(
+            f"[resume] {saved['iterations']} iterations then, {cfg.iterations} now: the learning-rate schedule follows "
+            "the new length from here, and the after-training evaluation is made again",
+            flush=True,
+        )
+        evals.pop("after", None)
+        evals.pop("paired", None)
+        for per in (evals.get("splits") or {}).values():
+            per.pop("after", None)
+            per.pop("paired", None)
+    return evals
+
+
+def _evaluate(trainer, cfg, evals: dict[str, Any], eval_path: Path, when: str) -> None:
+    """The held-out evaluation of ``eval_split`` (``evals[when]``) and of each extra split
+    (``evals["splits"][split][when]``), unless a resumed run holds it already."""
+    if not cfg.eval_episodes:
+        return
+    if when not in evals:
+        evals[when] = trainer.evaluate(cfg.eval_split, cfg.eval_episodes)
+    for split in cfg.eval_extra_splits:
+        per = evals.setdefault("splits", {}).setdefault(split, {})
+        if when not in per:
+            per[when] = trainer.evaluate(split, cfg.eval_episodes)
+    eval_path.write_text(json.dumps(evals, indent=2))
+    results = [evals[when], *(evals["splits"][s][when] for s in cfg.eval_extra_splits)]
+    for e in results:
+        print(f"{when} training, held-out {e['split']}: {_fmt_eval(e)}", flush=True)
+
+
+def _print_iteration(trainer, cfg, m: dict, t0: float) -> None:
+    """An iteration's line (per role: coach score and its spread, tool success, loss, KL; coach fallbacks; the
+    phases' times), after a warning for each role whose coach scores were all equal."""
+    for r in trainer.roles:
+        if r in m and m[r].get("samples", 0) > 1 and m[r].get("coach_score_std", 1.0) == 0.0:
+            print(
+                f"warning: every {r} action of iteration {m['iteration'] + 1} got the same coach score "
+                f"({m[r].get('mean_coach_score', 0):.1f}): equal rewards give no advantage, it learns nothing",
+                flush=True,
+            )
+    keys = ("mean_coach_score", "coach_score_std", "tool_success_rate", "loss", "kl")
+    roles = {r: {k: round(m[r][k], 3) for k in keys if k in m[r]} for r in trainer.roles if r in m}
+    faults = ", ".join(
+        f"{r} {m[r].get('coach_fallbacks', 0)}/{m[r].get('coach_evaluations', 0)} fallbacks, "
+        f"{m[r].get('masked_actions', 0)} masked"
+        for r in trainer.roles
+        if r in m
+    )
+    print(
+        f"[iteration {m['iteration'] + 1}/{cfg.iterations}] train accuracy {m['accuracy']:.2f} "
+        f"(re-used {m['reused_episodes']} stored episodes) {roles} coach: {faults}; rollout "
+        f"{m['rollout_s']:.0f}s update {m['train_s']:.0f}s sync {m['sync_s']:.1f}s checkpoint "
+        f"{m.get('checkpoint_s', 0.0):.1f}s: {m['iteration_s']:.0f}s ({time.monotonic() - t0:.0f}s in all)",
+        flush=True,
+    )
+
+
+def _print_changes(cfg, evals: dict[str, Any]) -> None:
+    """Each held-out split's change with its paired test (stored as its ``paired``) and the per-role behaviour."""
+    pairs = [(evals, evals["before"], evals["after"])] + [
+        (evals["splits"][s], evals["splits"][s]["before"], evals["splits"][s]["after"]) for s in cfg.eval_extra_splits
+    ]
+    for holder, b, a in pairs:
+        paired = paired_change(b, a)
+        if paired is not None:
+            holder["paired"] = paired
+            print(f"change on {a['episodes']} held-out episodes of {a['split']}: {_fmt_paired(paired)}")
+        else:
+            print(
+                f"change on {a['episodes']} held-out episodes of {a['split']}: accuracy "
+                f"{a['accuracy'] - b['accuracy']:+.1%} (not the same episodes: no paired test)"
+            )
+        for line in _fmt_behaviour(b, a):
+            print(line)
