@@ -115,7 +115,7 @@ class TrainConfig:
     they would share the same cores: measured on 2 cores, three engines given their batches at once generated 38
     tok/s, one after the other 118 tok/s)."""
     memory_check: bool = True
-    """Refuse to start when the estimated peak memory (:mod:`baselines.checks`) exceeds what the machine has."""
+    """Refuse to start when the estimated peak memory (:mod:`baselines.memory`) exceeds what the machine has."""
     device: str = "auto"
     """'cpu', 'cuda' or 'auto' (cuda when available)."""
     dtype: str = "auto"

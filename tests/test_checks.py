@@ -8,15 +8,9 @@ import json
 import pytest
 
 from baselines import checks
-from baselines.checks import (
-    KNOWN_CONFIGS,
-    check_config,
-    count_parameters,
-    estimate_memory,
-    format_checks,
-    model_shape,
-    raise_for_failed,
-)
+from baselines.checks import check_config, format_checks, raise_for_failed
+from baselines.memory import estimate_memory
+from baselines.shapes import KNOWN_CONFIGS, count_parameters, model_shape
 from baselines.config import TrainConfig
 from baselines.presets import PRESETS, preset
 from benchmarks import cli
