@@ -11,18 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .base import (
-    ExecResult,
-    ExecStatus,
-    FileChange,
-    Limits,
-    Sandbox,
-    Session,
-    UnsafeFileError,
-    check_env,
-    reap_workspaces,
-)
+from .base import ExecResult, ExecStatus, Limits, Sandbox, Session, check_env
+from .files import FileChange, UnsafeFileError
 from .subprocess_backend import SubprocessSandbox
+from .workspaces import reap_workspaces
 
 
 def _docker(**kwargs: Any) -> Sandbox:

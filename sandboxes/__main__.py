@@ -1,7 +1,7 @@
 """`python -m sandboxes build [--force] [--mirror URL] [--tag TAG]` and `python -m sandboxes reap [--all]`.
 
 ``reap`` removes what crashed runs left: sandbox containers whose owner is gone (all of them with ``--all``) and
-session folders (workspaces) whose owner is gone (:func:`sandboxes.base.reap_workspaces`: only folders that carry
+session folders (workspaces) whose owner is gone (:func:`sandboxes.workspaces.reap_workspaces`: only folders that carry
 this host's owner marker, never a live run's)."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m sandboxes") -> in
 
 def _reap(all_containers: bool, tmpdir: str | None) -> int:
     """Containers first (they hold the workspaces' bind mounts), then the session folders of dead owners."""
-    from .base import reap_workspaces
+    from .workspaces import reap_workspaces
 
     try:
         from .docker_backend import docker_client, reap

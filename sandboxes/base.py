@@ -19,8 +19,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import stat
 import subprocess
 import tempfile
@@ -31,7 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-TRUNCATION_MARKER = "\n[... output truncated: {dropped} more bytes ...]\n"
+from .files import _O_SAFE, FileChange, UnsafeFileError, _refuse_unsafe, diff_snapshots, snapshot
+from .workspaces import OWNER_FILE, SESSION_PREFIX, owner_record, reap_once, remove_tree
 
 
 class ExecStatus(enum.StrEnum):
@@ -73,15 +72,6 @@ class Limits:
 
 
 @dataclass
-class FileChange:
-    """A workspace file created, modified or deleted by one execution."""
-
-    path: str  # relative to the workspace root, POSIX separators
-    change: str  # "created" | "modified" | "deleted"
-    size: int  # bytes after the change (0 when deleted)
-
-
-@dataclass
 class ExecResult:
     """Structured result of one execution."""
 
@@ -114,55 +104,6 @@ class ExecResult:
         return cls(**d)
 
 
-def snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    """Map every file under ``root`` that is not a directory to ``(size, mtime_ns)``, from ``lstat`` only: links are
-    not followed and nothing is opened, so a named pipe or a socket is listed without blocking (and is refused by
-    :meth:`Session.read_file`)."""
-    out: dict[str, tuple[int, int]] = {}
-    # an explicit stack, not os.walk's recursion: a tree thousands of folders deep (a few ms of mkdir for the code)
-    # must not raise RecursionError here; symlinked folders are listed as entries, never entered
-    stack = [(str(root), "")]
-    while stack:
-        folder, rel = stack.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            name = f"{rel}{entry.name}"
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((entry.path, name + "/"))
-                    continue
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            out[name] = (st.st_size, st.st_mtime_ns)
-    return out
-
-
-def diff_snapshots(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> list[FileChange]:
-    changes = []
-    for path, (size, mtime) in sorted(after.items()):
-        if path not in before:
-            changes.append(FileChange(path, "created", size))
-        elif before[path] != (size, mtime):
-            changes.append(FileChange(path, "modified", size))
-    changes.extend(FileChange(path, "deleted", 0) for path in sorted(before.keys() - after.keys()))
-    return changes
-
-
-_KINDS = {
-    stat.S_IFIFO: "named pipe (FIFO)",
-    stat.S_IFSOCK: "socket",
-    stat.S_IFDIR: "directory",
-    stat.S_IFCHR: "character device",
-    stat.S_IFBLK: "block device",
-    stat.S_IFLNK: "symbolic link",
-    stat.S_IFREG: "regular file",
-}
-
-
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 RESERVED_ENV = ("PATH", "HOME", "TMPDIR", "LD_", "PYTHON", "DYLD_")
 """Names (or prefixes, ending in ``_`` or ``PYTHON``) ``env=`` refuses: they would change how the sandbox's own
@@ -183,138 +124,6 @@ def check_env(env: Mapping[str, str] | None) -> dict[str, str]:
             raise ValueError(f"env: the value of {name} must be a string without NUL, at most 32 KiB")
         out[name] = value
     return out
-
-
-def file_kind(mode: int) -> str:
-    """What a file is, in words (``st_mode`` of an ``lstat``): "named pipe (FIFO)", "socket", "directory"..."""
-    return _KINDS.get(stat.S_IFMT(mode), "special file")
-
-
-class UnsafeFileError(ValueError):
-    """A workspace file the host refuses to touch: not a regular file, a hard link, a link, or outside the
-    workspace. Its message names what the file is."""
-
-
-_O_SAFE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-
-
-def _refuse_unsafe(relpath: str, st: os.stat_result) -> None:
-    if not stat.S_ISREG(st.st_mode):
-        extra = " (symlinks are not followed)" if stat.S_ISLNK(st.st_mode) else ""
-        raise UnsafeFileError(f"{relpath} is a {file_kind(st.st_mode)}, not a regular file: it is not read{extra}")
-    if st.st_nlink > 1:
-        raise UnsafeFileError(
-            f"{relpath} is a hard link ({st.st_nlink} names for the same file, maybe one outside the workspace): "
-            "it is not read"
-        )
-
-
-# ------------------------------------------------------------------ session folders, their owner and the reaper
-SESSION_PREFIX = "mappa-session-"
-"""Every session's private folder in the temporary directory: ``workspace/`` (unless one was given), the code and
-IPC folders of the backend, and :data:`OWNER_FILE`."""
-OWNER_FILE = "owner.json"
-
-
-def process_start(pid: int) -> float:
-    """The start time of ``pid`` (clock ticks since boot), -1 when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return float(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return -1.0
-
-
-def pid_alive(pid: int, start: float) -> bool:
-    """Whether ``pid`` is alive and is the same process (start time matches: pids are reused)."""
-    if pid <= 0:
-        return False
-    return process_start(pid) == start
-
-
-def owner_record() -> dict[str, Any]:
-    """What identifies this process across pid reuse: pid, start time, host."""
-    return {"pid": os.getpid(), "start": process_start(os.getpid()), "host": socket.gethostname()}
-
-
-def remove_tree(path: Path) -> None:
-    """Remove a folder the host owns, whatever the code inside left in it: read-only sub-folders, symlinks, a tree
-    too deep for Python's recursion (``rm -rf --one-file-system`` then: iterative, never follows links)."""
-    try:
-        shutil.rmtree(path, ignore_errors=True)
-        if os.path.lexists(path):
-            for dirpath, dirnames, _ in os.walk(path):
-                for d in dirnames:
-                    p = os.path.join(dirpath, d)
-                    if os.path.islink(p):
-                        continue
-                    try:
-                        os.chmod(p, 0o700)
-                    except OSError:
-                        pass
-            shutil.rmtree(path, ignore_errors=True)
-    except RecursionError:
-        pass
-    if os.path.lexists(path):
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, check=False)
-
-
-def _orphaned(entry: os.DirEntry) -> bool:
-    """Whether ``entry`` is provably a session folder of a dead process of this host, owned by us."""
-    try:
-        st = entry.stat(follow_symlinks=False)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            return False
-        marker = os.path.join(entry.path, OWNER_FILE)
-        mst = os.lstat(marker)
-        if not stat.S_ISREG(mst.st_mode) or mst.st_uid != os.geteuid() or mst.st_size > 4096:
-            return False
-        with open(marker, "rb") as f:
-            owner = json.loads(f.read())
-        pid, start, host = int(owner["pid"]), float(owner["start"]), str(owner["host"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return host == socket.gethostname() and not pid_alive(pid, start)
-
-
-def reap_workspaces(tmpdir: str | Path | None = None) -> int:
-    """Remove the session folders (workspaces included) of crashed runs; returns how many were removed.
-
-    Only folders it can prove are ours: a name starting with :data:`SESSION_PREFIX`, owned by this user, holding
-    an :data:`OWNER_FILE` of this host whose process (pid and start time) is gone. Nothing else is touched: not a
-    live run's folder, not another host's, not one without the marker. A workspace that is still a quota mount
-    (``Limits.workspace_mb``) is unmounted first.
-    """
-    removed = 0
-    try:
-        entries = list(os.scandir(tmpdir or tempfile.gettempdir()))
-    except OSError:
-        return 0
-    for entry in entries:
-        if not entry.name.startswith(SESSION_PREFIX) or not _orphaned(entry):
-            continue
-        ws = os.path.join(entry.path, "workspace")
-        if os.path.ismount(ws):
-            subprocess.run(["umount", "-l", ws], check=False, capture_output=True)
-            if os.path.ismount(ws):
-                continue
-        remove_tree(Path(entry.path))
-        removed += not os.path.lexists(entry.path)
-    return removed
-
-
-_reaped_once = False
-
-
-def _reap_once() -> None:
-    """The first session of a process removes what crashed runs left in the temporary directory."""
-    global _reaped_once
-    if not _reaped_once:
-        _reaped_once = True
-        try:
-            reap_workspaces()
-        except Exception:
-            pass
 
 
 _live_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
@@ -349,7 +158,7 @@ class Session(abc.ABC):
         self.keep_workspace = keep_workspace
         self.executions = 0
         self._quota_mounted = False
-        _reap_once()
+        reap_once()
         self.root = Path(tempfile.mkdtemp(prefix=SESSION_PREFIX)).resolve()
         try:
             os.chmod(self.root, 0o711)  # a sandbox uid may traverse it (to the bind-mounted folders), not list it
@@ -413,7 +222,7 @@ class Session(abc.ABC):
     ) -> ExecResult:
         """An :class:`ExecResult` whose ``files_changed`` compares the workspace now with ``before``.
 
-        ``out`` and ``err`` are ``(text, truncated)`` pairs, as :meth:`OutputCap.text` returns them.
+        ``out`` and ``err`` are ``(text, truncated)`` pairs, as :meth:`sandboxes.output.OutputCap.text` returns them.
         """
         return ExecResult(
             status=status,
@@ -577,69 +386,3 @@ class Sandbox(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(limits={self.limits})"
-
-
-class OutputCap:
-    """Keeps the first and the last ``limit // 2`` bytes of a stream and counts what is dropped.
-
-    Keeping the tail matters: a traceback's last line says what went wrong.
-    """
-
-    def __init__(self, limit: int):
-        self.head_limit = limit - limit // 2
-        self.tail_limit = limit // 2
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def feed(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.head_limit - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk and self.tail_limit:
-            self.tail += chunk
-            del self.tail[: max(0, len(self.tail) - self.tail_limit)]
-
-    def text(self) -> tuple[str, bool]:
-        return join_head_tail(bytes(self.head), bytes(self.tail), self.total)
-
-
-def join_head_tail(head: bytes, tail: bytes, total: int) -> tuple[str, bool]:
-    """Decode captured output (UTF-8, invalid bytes replaced), with a marker where bytes were dropped.
-
-    ``head`` is the start of the stream, ``tail`` its end, ``total`` the stream's full length in bytes.
-    """
-    dropped = total - len(head) - len(tail)
-    if dropped <= 0:
-        return (head + tail).decode("utf-8", errors="replace"), False
-    text = head.decode("utf-8", errors="replace")
-    text += TRUNCATION_MARKER.format(dropped=dropped)
-    text += tail.decode("utf-8", errors="replace")
-    return text, True
-
-
-def classify(
-    exit_code: int | None, stderr: str, timed_out: bool, worker_lost: bool = False
-) -> tuple[ExecStatus, str | None]:
-    """Map a finished process to a status and a backend message (``worker_lost``: there was no result at all)."""
-    if worker_lost:
-        return ExecStatus.WORKER_LOST, "the warm worker was lost; the block has no result"
-    if timed_out:
-        return ExecStatus.TIMEOUT, "execution timed out and was killed"
-    tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
-    if "MemoryError" in tail or "Unable to allocate" in tail:
-        return ExecStatus.OOM, "memory limit reached"
-    if exit_code == 0:
-        return ExecStatus.OK, None
-    if exit_code is not None and exit_code < 0:
-        sig = -exit_code
-        if sig == signal.SIGKILL:
-            return ExecStatus.OOM, "killed (SIGKILL), most likely by the memory limit"
-        if sig == signal.SIGXCPU:
-            return ExecStatus.TIMEOUT, "CPU-time limit reached"
-        if sig == signal.SIGXFSZ:
-            return ExecStatus.ERROR, "file-size limit reached"
-        return ExecStatus.ERROR, f"killed by signal {signal.Signals(sig).name}"
-    return ExecStatus.ERROR, None

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .workspaces import process_start as _process_start
+
 PARENT = "mappa.sandbox"
 CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
@@ -127,14 +129,6 @@ def support() -> Support | str:
             return got
         reasons.append(got)
     return "; ".join(reasons) or "no usable cgroup hierarchy"
-
-
-def _process_start(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return float(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return -1.0
 
 
 class SandboxCgroup:

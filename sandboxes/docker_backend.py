@@ -29,13 +29,15 @@ import time
 import weakref
 from typing import Any
 
-from .base import ExecResult, Limits, OutputCap, Sandbox, Session, check_env, classify, snapshot
-from .base import pid_alive as _pid_alive
-from .base import process_start as _process_start
+from .base import ExecResult, Limits, Sandbox, Session, check_env
 from .docker_client import docker_client
+from .files import snapshot
 from .image import DEFAULT_IMAGE
+from .output import OutputCap, classify
 from .subprocess_backend import CHILD_ENV
 from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block
+from .workspaces import pid_alive as _pid_alive
+from .workspaces import process_start as _process_start
 
 LABEL = "mappa.sandbox"
 SANDBOX_UID = 65534

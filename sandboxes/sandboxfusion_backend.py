@@ -29,7 +29,8 @@ import time
 import urllib.error
 import urllib.request
 
-from .base import ExecResult, ExecStatus, Limits, Sandbox, Session, check_env, snapshot
+from .base import ExecResult, ExecStatus, Limits, Sandbox, Session, check_env
+from .files import snapshot
 
 PACK = ".mappa_out.tar"
 _WRAPPER = """\
@@ -143,7 +144,7 @@ class SandboxFusionSession(Session):
 
 
 def _cap(text: str, limits: Limits) -> tuple[str, bool]:
-    from .base import OutputCap
+    from .output import OutputCap
 
     cap = OutputCap(limits.output_bytes)
     cap.feed(text.encode("utf-8", errors="replace"))

@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import ExecResult, Limits, OutputCap, Sandbox, Session, check_env, classify, snapshot
+from .base import ExecResult, Limits, Sandbox, Session, check_env
+from .files import snapshot
+from .output import OutputCap, classify
 from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block, spawn
 
 MODES = ("fresh", "warm")

@@ -9,10 +9,10 @@ import pytest
 
 from baselines import checks
 from baselines.checks import check_config, format_checks, raise_for_failed
-from baselines.memory import estimate_memory
-from baselines.shapes import KNOWN_CONFIGS, count_parameters, model_shape
 from baselines.config import TrainConfig
+from baselines.memory import estimate_memory
 from baselines.presets import PRESETS, preset
+from baselines.shapes import KNOWN_CONFIGS, count_parameters, model_shape
 from benchmarks import cli
 from benchmarks.commands import train as train_command
 

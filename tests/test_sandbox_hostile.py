@@ -24,7 +24,7 @@ def nothing_left_behind():
     import json
     import tempfile
 
-    from sandboxes.base import OWNER_FILE, SESSION_PREFIX
+    from sandboxes.workspaces import OWNER_FILE, SESSION_PREFIX
 
     def mine() -> set[Path]:
         out = set()
@@ -821,7 +821,7 @@ def test_sigkilled_owner_leaves_nothing_after_reap(private_tmp):
     import signal
 
     from sandboxes.__main__ import main as sandboxes_main
-    from sandboxes.base import OWNER_FILE, owner_record
+    from sandboxes.workspaces import OWNER_FILE, owner_record
 
     proc = _driver(private_tmp, hold=True)
     try:
