@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from baselines.evaluate import EvalConfig, build_policies, evaluate, format_tables, summarize, team_from_args
+from baselines.evaluate import EvalConfig, evaluate, format_tables, summarize
+from baselines.teams import build_policies, team_from_args
 from benchmarks.flaky_coach_server import FlakyCoachServer
 from mappa_envs.metrics import wilson_interval
 

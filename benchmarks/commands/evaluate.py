@@ -92,14 +92,13 @@ def _run_env_kwargs(run_dir: str | None, env_id: str = "mappa/MathChat-v0") -> d
 def cmd_eval(args: argparse.Namespace) -> int:
     from baselines.evaluate import (
         EvalConfig,
-        build_policies,
         evaluate,
         format_comparison,
         format_tables,
         paired_comparison,
         suite_env,
-        team_from_args,
     )
+    from baselines.teams import build_policies, team_from_args
     from mappa_envs import make
 
     suites = list(args.suites or ([] if args.tasks else ["aime", "amc", "dsbench"]))
