@@ -39,55 +39,12 @@ from mappa_envs.metrics import outcome_key
 from .advantages import singleton_groups, uses_process_reward
 from .checks import check_config, raise_for_failed
 from .config import TrainConfig
+from .heldout_eval import evaluate_heldout
 from .policies import Policy
 from .rollout import run_episodes
+from .run_log import MetricsLog
 from .samples import Sample, coach_counts, samples_from_episodes, select_trainable
-
-
-class TrajectoryStore:
-    """Finished episodes per iteration, one JSON line each, durable as soon as the episode ends."""
-
-    def __init__(self, root: str | Path):
-        self.root = Path(root) / "rollouts"
-        self.root.mkdir(parents=True, exist_ok=True)
-
-    def path(self, iteration: int) -> Path:
-        return self.root / f"iter-{iteration:05d}.jsonl"
-
-    def append(self, iteration: int, index: int, record: EpisodeRecord) -> None:
-        line = json.dumps({"index": index, "episode": record.to_dict()}, ensure_ascii=False, default=str)
-        with open(self.path(iteration), "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    def load(self, iteration: int) -> dict[int, EpisodeRecord]:
-        """Stored episodes by index. A torn last line (the process was killed while writing it) is dropped with a
-        message; a damaged line elsewhere is an error (the store is not silently shortened)."""
-        path = self.path(iteration)
-        if not path.exists():
-            return {}
-        lines = path.read_text(encoding="utf-8").split("\n")
-        out: dict[int, EpisodeRecord] = {}
-        for n, line in enumerate(lines):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                if n == len(lines) - 1:  # no newline after it: the write was cut short
-                    print(f"[store] {path.name}: dropped a torn last line ({len(line)} chars)", file=sys.stderr)
-                    self._truncate(path, lines[:n])
-                    break
-                raise ValueError(f"{path}:{n + 1}: damaged trajectory line") from None
-            out[int(row["index"])] = EpisodeRecord.from_dict(row["episode"])
-        return out
-
-    @staticmethod
-    def _truncate(path: Path, keep: list[str]) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in keep if line.strip()), encoding="utf-8")
-        os.replace(tmp, path)
+from .store import TrajectoryStore, check_resumable
 
 
 def role_metrics(records: list[EpisodeRecord], role: str, samples: list[Sample]) -> dict[str, float]:
@@ -106,6 +63,15 @@ def role_metrics(records: list[EpisodeRecord], role: str, samples: list[Sample])
     }
 
 
+def episode_outcomes(records: list[EpisodeRecord]) -> dict[str, float]:
+    """The iteration's share of successful episodes (``accuracy``) and, for a scored task, its mean quality."""
+    key = outcome_key(records)
+    out = {"accuracy": float(np.mean([bool(r.outcome.get(key)) for r in records])) if records else 0.0}
+    if any("quality" in r.outcome for r in records):
+        out["mean_quality"] = float(np.mean([float(r.outcome.get("quality", 0.0)) for r in records]))
+    return out
+
+
 def _update_summary(role: str, m: dict[str, Any]) -> str:
     """``role 41s (ref 9s, fwd+bwd 29s, opt 3s, 180 tok/s)``, or why it took no step."""
     if m.get("skipped"):
@@ -116,60 +82,6 @@ def _update_summary(role: str, m: dict[str, Any]) -> str:
         parts += [f"fwd+bwd {m['forward_backward_s']:.0f}s", f"opt {m['optimizer_s']:.0f}s"]
     total = m.get("logprob_s", 0.0) + m.get("train_step_s", 0.0)
     return f"{role} {total:.0f}s ({', '.join(parts)})"
-
-
-RESUME_MAY_CHANGE = frozenset(
-    {
-        "iterations",  # a run extended by more iterations (its "after" evaluation is then made again)
-        "out_dir",
-        "resume",
-        "progress",
-        "tensorboard",
-        "wandb",
-        "memory_check",
-        "checkpoint_every",
-        "keep_checkpoints",
-        # how many episodes run at once changes which samples a seed draws, not the experiment
-        "concurrency",
-        "parallel_updates",
-        "concurrent_generation",
-        # resources only: the same log-probs and gradients (a run that ran out of memory resumes with less)
-        "engine_kv_cache_gb",
-        "gpu_memory_utilization",
-        "micro_batch",
-        "gradient_checkpointing",
-        "pack_tokens",
-    }
-)
-"""Configuration fields a resumed run may change; any other change is refused (the checkpoint, the stored
-episodes and the held-out evaluation belong to the configuration that made them)."""
-
-
-def check_resumable(cfg: TrainConfig) -> dict[str, Any] | None:
-    """The configuration an earlier run in ``cfg.out_dir`` saved, when this run would re-use anything of it (a
-    checkpoint, stored episodes, a held-out evaluation), else None. Raises ``ValueError`` when that run was
-    configured otherwise (a field outside :data:`RESUME_MAY_CHANGE`; fields an older version did not save count
-    as their defaults): resuming it would silently mix two experiments. ``mappa train`` checks this before it
-    builds anything."""
-    out = Path(cfg.out_dir)
-    reused = (
-        (out / "checkpoints" / "latest").exists()
-        or (out / "eval.json").exists()
-        or any(f.stat().st_size for f in (out / "rollouts").glob("*.jsonl"))
-    )
-    if not cfg.resume or not reused or not (out / "config.json").exists():
-        return None
-    now = json.loads(json.dumps(asdict(cfg)))
-    defaults = json.loads(json.dumps(asdict(TrainConfig())))
-    saved = {**defaults, **{k: v for k, v in json.loads((out / "config.json").read_text()).items() if k in now}}
-    changed = sorted(k for k in now if k not in RESUME_MAY_CHANGE and saved.get(k) != now.get(k))
-    if changed:
-        diff = "; ".join(f"{k}: {saved.get(k)!r} then, {now.get(k)!r} now" for k in changed)
-        raise ValueError(
-            f"{out} holds a run configured otherwise ({diff}): resume it with its own configuration, or start "
-            "afresh with --no-resume or another --out"
-        )
-    return saved
 
 
 class TrainerBase:
@@ -188,7 +100,7 @@ class TrainerBase:
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.store = TrajectoryStore(self.out)
-        self._writers: list[Any] = []
+        self.metrics_log = MetricsLog(self.out, cfg)
         self.iteration = 0
         """The iteration being trained (its learning rate: ``cfg.lr_at(iteration)``)."""
         self.rollout_timings: dict[str, float] = {}
@@ -270,59 +182,10 @@ class TrainerBase:
     def evaluate(
         self, split: str | None, episodes: int, *, seed: int = 123, samples: int | None = None
     ) -> dict[str, Any]:
-        """Held-out episodes with the current policies at ``eval_temperature``, no coach: tasks 0..episodes-1 of
-        the held-out version of the training env, as its task declares it (:func:`mappa_envs.heldout.
-        heldout_env_kwargs`), each ``samples`` times (default ``cfg.eval_samples``; episode seeds differ).
-        ``split`` (``cfg.eval_split``) picks the held-out split of a task with named splits; a task without ignores
-        it. Each held-out task is one problem: ``episodes`` is capped at their number. Raises
-        :class:`mappa_envs.heldout.NoHeldOutTasks` when the task declares none."""
-        import warnings
-
-        from mappa_envs.heldout import heldout_env_kwargs
-        from mappa_envs.metrics import accuracy, outcome_key, role_behaviour, role_stats
-
-        k = samples or self.cfg.eval_samples
-        kwargs = heldout_env_kwargs(self.cfg.env_id, self.cfg.env_kwargs, split)
-        probe = mappa_envs.make(self.cfg.env_id, **kwargs)
-        task_ids = [t.id for t in probe.unwrapped.tasks]
-        probe.close()
-        if episodes > len(task_ids):
-            warnings.warn(
-                f"{episodes} evaluation episodes asked for, but {self.cfg.env_id} has {len(task_ids)} held-out "
-                f"tasks ({kwargs}): evaluating each once",
-                stacklevel=2,
-            )
-            episodes = len(task_ids)
-        t0 = time.perf_counter()
-        records = run_episodes(
-            lambda: mappa_envs.make(self.cfg.env_id, **kwargs),
-            self.eval_policies(self.cfg.eval_temperature),
-            episodes * k,
-            seed=seed,
-            concurrency=self.cfg.concurrency,
-            reset_options=lambda i: {"task_index": i // k},
-        )
-        correct, n = accuracy(records)
-        stats = role_stats(records)
-        ce = stats.get("code_executor")
-        quality = [float(r.outcome["quality"]) for r in records if "quality" in r.outcome]
-        extra = {"mean_quality": sum(quality) / len(quality)} if quality else {}
-        return {
-            **extra,
-            "split": kwargs.get("split"),  # the held-out split evaluated (None: a task without named splits)
-            "accuracy": correct / n if n else 0.0,
-            "correct": correct,
-            "episodes": n,
-            "problems": episodes,
-            "samples_per_problem": k,
-            "code_rate": ce.code_rate if ce else 0.0,
-            "tool_success_rate": ce.tool_success_rate if ce else 0.0,
-            "behaviour": role_behaviour(records),
-            "task_ids": [r.task_id for r in records],
-            # per episode, in order (problem i // k, sample i % k): what a paired test before/after compares
-            "outcomes": [bool(r.outcome.get(outcome_key(records))) for r in records],
-            "seconds": round(time.perf_counter() - t0, 1),
-        }
+        """Held-out episodes with the current policies at ``eval_temperature``, no coach
+        (:func:`baselines.heldout_eval.evaluate_heldout`)."""
+        policies = self.eval_policies(self.cfg.eval_temperature)
+        return evaluate_heldout(self.cfg, policies, split, episodes, seed=seed, samples=samples)
 
     # ----------------------------------------------------------------- checkpoints
     @property
@@ -362,32 +225,14 @@ class TrainerBase:
             return 0
         found = self.latest_checkpoint()
         if found is None:
-            self._trim_metrics(-1)
+            self.metrics_log.trim(-1)
             return 0
         iteration, path = found
         self.load_state(path)
         self.sync()
-        self._trim_metrics(iteration)
+        self.metrics_log.trim(iteration)
         print(f"[resume] from {path} (iteration {iteration + 1} done)", file=sys.stderr, flush=True)
         return iteration + 1
-
-    def _amend_last_metrics(self, metrics: dict[str, Any]) -> None:
-        """Replace the last line of metrics.jsonl (this iteration's) with ``metrics``, atomically."""
-        path = self.out / "metrics.jsonl"
-        lines = path.read_text().splitlines()
-        if not lines or json.loads(lines[-1])["iteration"] != metrics["iteration"]:
-            return
-        lines[-1] = json.dumps(metrics)
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(ln + "\n" for ln in lines))
-        os.replace(tmp, path)
-
-    def _trim_metrics(self, last_done: int) -> None:
-        path = self.out / "metrics.jsonl"
-        if not path.exists():
-            return
-        keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["iteration"] <= last_done]
-        path.write_text("".join(ln + "\n" for ln in keep))
 
     # ----------------------------------------------------------------- logging
     def _progress(self, **kwargs: Any):
@@ -397,57 +242,17 @@ class TrainerBase:
 
         return tqdm(unit="episode", file=sys.stderr, dynamic_ncols=True, **kwargs)
 
-    def _open_writers(self) -> None:
-        if self.cfg.tensorboard and not self._writers:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as e:  # the package is optional; say so once instead of failing the run
-                print(f"[log] TensorBoard disabled: {e} (pip install tensorboard)", file=sys.stderr)
-            else:
-                self._writers.append(SummaryWriter(str(self.out / "tensorboard")))
-        if self.cfg.wandb:
-            import wandb
-
-            wandb.init(project="mappa-envs", config=asdict(self.cfg), dir=str(self.out), resume="allow")
-
-    def log(self, metrics: dict[str, Any]) -> None:
-        with open(self.out / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(metrics) + "\n")
-        flat = {}
-        for key, value in metrics.items():
-            if isinstance(value, dict):
-                flat.update({f"{key}/{k}": v for k, v in value.items() if isinstance(v, int | float)})
-            elif isinstance(value, int | float) and key != "iteration":
-                flat[f"run/{key}"] = value
-        for w in self._writers:
-            for key, value in flat.items():
-                w.add_scalar(key, value, metrics["iteration"])
-            w.flush()
-        if self.cfg.wandb:
-            import wandb
-
-            wandb.log(flat, step=metrics["iteration"])
-
     # ----------------------------------------------------------------- the loop
     def train_iteration(self, iteration: int) -> dict[str, Any]:
+        """One iteration, top to bottom: roll out, make each role's samples, update, sync, measure."""
         t0 = time.perf_counter()
         gen_before = self.generated_tokens()
         self.rollout_timings: dict[str, float] = {}
         records, reused = self.rollout(iteration)
         gen_time = time.perf_counter() - t0
         generated = self.generated_tokens() - gen_before
-        cfg = self.cfg
         every = samples_from_episodes(records)
-        by_role: dict[str, list[Sample]] = {}
-        masked: dict[str, dict[str, int]] = {}
-        for role, samples in every.items():
-            by_role[role], masked[role] = select_trainable(
-                samples,
-                mask_fallbacks=cfg.mask_coach_fallbacks and uses_process_reward(cfg.estimator),
-                mask_truncated=cfg.truncated == "mask",
-            )
-            if cfg.estimator == "grpo":
-                masked[role]["grpo_singletons"] = singleton_groups([s.group_id for s in by_role[role]])
+        by_role, masked = self._trainable(every)
         self.iteration = iteration
         self._phase(
             f"rollout {len(records)} episodes in {gen_time:.0f}s ({generated / gen_time if gen_time else 0:.0f} "
@@ -458,29 +263,17 @@ class TrainerBase:
         train_time = time.perf_counter() - t1
         self._phase(f"update {train_time:.0f}s: " + "; ".join(_update_summary(r, stats.get(r, {})) for r in every))
         sync_time = self.sync()
-        key = outcome_key(records)
         metrics: dict[str, Any] = {
             "iteration": iteration,
             "episodes": len(records),
             "reused_episodes": reused,
-            "accuracy": float(np.mean([bool(r.outcome.get(key)) for r in records])),
-            **(
-                {"mean_quality": float(np.mean([float(r.outcome.get("quality", 0.0)) for r in records]))}
-                if any("quality" in r.outcome for r in records)
-                else {}
-            ),
+            **episode_outcomes(records),
             "rollout_s": gen_time,
             "train_s": train_time,
             "sync_s": sync_time,
             "iteration_s": time.perf_counter() - t0,
             "gen_tok_s": generated / gen_time if generated else 0.0,
-            # of rollout_s: waiting on generation, stepping the envs (tools, coach hand-off), and the mean batch
-            **{f"rollout_{k}": v for k, v in self.rollout_timings.items() if k in ("generate_s", "env_s")},
-            **(
-                {"rollout_mean_batch": self.rollout_timings["requests"] / self.rollout_timings["rounds"]}
-                if self.rollout_timings.get("rounds")
-                else {}
-            ),
+            **self._rollout_breakdown(),
         }
         sync_by_role = getattr(self, "sync_by_role", {})
         for role, samples in every.items():
@@ -493,6 +286,30 @@ class TrainerBase:
             }
         return metrics
 
+    def _trainable(self, every: dict[str, list[Sample]]) -> tuple[dict[str, list[Sample]], dict[str, dict[str, int]]]:
+        """Per role, the samples that go into the loss and the counts of those masked out (coach fallbacks under a
+        process reward, truncated replies with ``truncated="mask"``; GRPO's groups of one)."""
+        cfg = self.cfg
+        by_role: dict[str, list[Sample]] = {}
+        masked: dict[str, dict[str, int]] = {}
+        for role, samples in every.items():
+            by_role[role], masked[role] = select_trainable(
+                samples,
+                mask_fallbacks=cfg.mask_coach_fallbacks and uses_process_reward(cfg.estimator),
+                mask_truncated=cfg.truncated == "mask",
+            )
+            if cfg.estimator == "grpo":
+                masked[role]["grpo_singletons"] = singleton_groups([s.group_id for s in by_role[role]])
+        return by_role, masked
+
+    def _rollout_breakdown(self) -> dict[str, float]:
+        """Of ``rollout_s``: waiting on generation, stepping the envs (tools, coach hand-off), the mean batch."""
+        t = self.rollout_timings
+        out = {f"rollout_{k}": v for k, v in t.items() if k in ("generate_s", "env_s")}
+        if t.get("rounds"):
+            out["rollout_mean_batch"] = t["requests"] / t["rounds"]
+        return out
+
     def _phase(self, text: str) -> None:
         """One progress line of the running iteration (``on_phase``, set by ``mappa train``)."""
         if self.on_phase is not None:
@@ -503,13 +320,13 @@ class TrainerBase:
         cfg = self.cfg
         check_resumable(cfg)
         (self.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
-        self._open_writers()
+        self.metrics_log.open()
         start = self.resume()
         history = []
         for it in range(start, cfg.iterations):
             self.iteration = it
             metrics = self.train_iteration(it)
-            self.log(metrics)
+            self.metrics_log.append(metrics)
             last = it == cfg.iterations - 1
             if last or (cfg.checkpoint_every and (it + 1) % cfg.checkpoint_every == 0):
                 t = time.perf_counter()
@@ -518,7 +335,7 @@ class TrainerBase:
                 # it); its checkpoint time is added to it now
                 metrics["checkpoint_s"] = time.perf_counter() - t
                 metrics["iteration_s"] += metrics["checkpoint_s"]
-                self._amend_last_metrics(metrics)
+                self.metrics_log.amend_last(metrics)
             history.append(metrics)
             if on_iteration is not None:
                 on_iteration(metrics)
@@ -532,6 +349,4 @@ class TrainerBase:
         raise NotImplementedError
 
     def close(self) -> None:
-        for w in self._writers:
-            w.close()
-        self._writers.clear()
+        self.metrics_log.close()

@@ -99,7 +99,7 @@ def test_resume_continues_after_the_latest_checkpoint(tiny_model, tmp_path):
     # resuming with another learning rate (or estimator, coach, ...) would mix two experiments: refused up front
     from dataclasses import replace
 
-    from baselines.loop import check_resumable
+    from baselines.store import check_resumable
 
     check_resumable(replace(cfg, iterations=3, concurrency=4))  # more iterations, other parallelism: fine
     with pytest.raises(ValueError, match=r"configured otherwise \(lr: 0.001 then, 0.0005 now\)"):
@@ -133,7 +133,7 @@ def test_grpo_with_one_sample_per_prompt_is_refused(tiny_model, tmp_path):
 def test_dsbench_trains_every_role(tiny_model, tmp_path):
     """DSBench plugs into the trainer like MathChat: three roles, tool turns, the host-scored outcome stored."""
     from baselines.local_trainer import LocalTrainer, TrainConfig
-    from baselines.loop import TrajectoryStore
+    from baselines.store import TrajectoryStore
     from mappa_envs.core import read_jsonl
 
     cfg = TrainConfig(

@@ -205,7 +205,7 @@ def _dry_run(cfg, preset_name: str) -> int:
 
 def _train(cfg, out: Path, log_dir: Path) -> int:
     """``mappa train`` after the configuration is shown and the logs are set up: build, evaluate, train, evaluate."""
-    from baselines.loop import check_resumable
+    from baselines.store import check_resumable
 
     t0 = time.monotonic()
     try:

@@ -1,0 +1,78 @@
+"""The held-out evaluation a training run makes before and after it trains (``mappa train``'s ``eval.json``): the
+same problems, each ``eval_samples`` times, with per-episode outcomes for the paired test."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import mappa_envs
+
+from .config import TrainConfig
+from .policies import Policy
+from .rollout import run_episodes
+
+
+def evaluate_heldout(
+    cfg: TrainConfig,
+    policies: Mapping[str, Policy],
+    split: str | None,
+    episodes: int,
+    *,
+    seed: int = 123,
+    samples: int | None = None,
+) -> dict[str, Any]:
+    """Held-out episodes with ``policies`` (played at ``cfg.eval_temperature``), no coach: tasks 0..episodes-1 of
+    the held-out version of the training env, as its task declares it (:func:`mappa_envs.heldout.
+    heldout_env_kwargs`), each ``samples`` times (default ``cfg.eval_samples``; episode seeds differ).
+    ``split`` (``cfg.eval_split``) picks the held-out split of a task with named splits; a task without ignores
+    it. Each held-out task is one problem: ``episodes`` is capped at their number. Raises
+    :class:`mappa_envs.heldout.NoHeldOutTasks` when the task declares none."""
+    import warnings
+
+    from mappa_envs.heldout import heldout_env_kwargs
+    from mappa_envs.metrics import accuracy, outcome_key, role_behaviour, role_stats
+
+    k = samples or cfg.eval_samples
+    kwargs = heldout_env_kwargs(cfg.env_id, cfg.env_kwargs, split)
+    probe = mappa_envs.make(cfg.env_id, **kwargs)
+    task_ids = [t.id for t in probe.unwrapped.tasks]
+    probe.close()
+    if episodes > len(task_ids):
+        warnings.warn(
+            f"{episodes} evaluation episodes asked for, but {cfg.env_id} has {len(task_ids)} held-out "
+            f"tasks ({kwargs}): evaluating each once",
+            stacklevel=2,
+        )
+        episodes = len(task_ids)
+    t0 = time.perf_counter()
+    records = run_episodes(
+        lambda: mappa_envs.make(cfg.env_id, **kwargs),
+        policies,
+        episodes * k,
+        seed=seed,
+        concurrency=cfg.concurrency,
+        reset_options=lambda i: {"task_index": i // k},
+    )
+    correct, n = accuracy(records)
+    stats = role_stats(records)
+    ce = stats.get("code_executor")
+    quality = [float(r.outcome["quality"]) for r in records if "quality" in r.outcome]
+    extra = {"mean_quality": sum(quality) / len(quality)} if quality else {}
+    return {
+        **extra,
+        "split": kwargs.get("split"),  # the held-out split evaluated (None: a task without named splits)
+        "accuracy": correct / n if n else 0.0,
+        "correct": correct,
+        "episodes": n,
+        "problems": episodes,
+        "samples_per_problem": k,
+        "code_rate": ce.code_rate if ce else 0.0,
+        "tool_success_rate": ce.tool_success_rate if ce else 0.0,
+        "behaviour": role_behaviour(records),
+        "task_ids": [r.task_id for r in records],
+        # per episode, in order (problem i // k, sample i % k): what a paired test before/after compares
+        "outcomes": [bool(r.outcome.get(outcome_key(records))) for r in records],
+        "seconds": round(time.perf_counter() - t0, 1),
+    }

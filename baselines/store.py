@@ -1,0 +1,118 @@
+"""What a run keeps on disk besides its checkpoints: the trajectory store (every finished episode, durable as it
+ends, read back on resume) and the rule of what a resumed run may change in its configuration."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from mappa_envs.core import EpisodeRecord
+
+from .config import TrainConfig
+
+
+class TrajectoryStore:
+    """Finished episodes per iteration, one JSON line each, durable as soon as the episode ends."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root) / "rollouts"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, iteration: int) -> Path:
+        return self.root / f"iter-{iteration:05d}.jsonl"
+
+    def append(self, iteration: int, index: int, record: EpisodeRecord) -> None:
+        line = json.dumps({"index": index, "episode": record.to_dict()}, ensure_ascii=False, default=str)
+        with open(self.path(iteration), "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def load(self, iteration: int) -> dict[int, EpisodeRecord]:
+        """Stored episodes by index. A torn last line (the process was killed while writing it) is dropped with a
+        message; a damaged line elsewhere is an error (the store is not silently shortened)."""
+        path = self.path(iteration)
+        if not path.exists():
+            return {}
+        lines = path.read_text(encoding="utf-8").split("\n")
+        out: dict[int, EpisodeRecord] = {}
+        for n, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                if n == len(lines) - 1:  # no newline after it: the write was cut short
+                    print(f"[store] {path.name}: dropped a torn last line ({len(line)} chars)", file=sys.stderr)
+                    self._truncate(path, lines[:n])
+                    break
+                raise ValueError(f"{path}:{n + 1}: damaged trajectory line") from None
+            out[int(row["index"])] = EpisodeRecord.from_dict(row["episode"])
+        return out
+
+    @staticmethod
+    def _truncate(path: Path, keep: list[str]) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in keep if line.strip()), encoding="utf-8")
+        os.replace(tmp, path)
+
+
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "iterations",  # a run extended by more iterations (its "after" evaluation is then made again)
+        "out_dir",
+        "resume",
+        "progress",
+        "tensorboard",
+        "wandb",
+        "memory_check",
+        "checkpoint_every",
+        "keep_checkpoints",
+        # how many episodes run at once changes which samples a seed draws, not the experiment
+        "concurrency",
+        "parallel_updates",
+        "concurrent_generation",
+        # resources only: the same log-probs and gradients (a run that ran out of memory resumes with less)
+        "engine_kv_cache_gb",
+        "gpu_memory_utilization",
+        "micro_batch",
+        "gradient_checkpointing",
+        "pack_tokens",
+    }
+)
+"""Configuration fields a resumed run may change; any other change is refused (the checkpoint, the stored
+episodes and the held-out evaluation belong to the configuration that made them)."""
+
+
+def check_resumable(cfg: TrainConfig) -> dict[str, Any] | None:
+    """The configuration an earlier run in ``cfg.out_dir`` saved, when this run would re-use anything of it (a
+    checkpoint, stored episodes, a held-out evaluation), else None. Raises ``ValueError`` when that run was
+    configured otherwise (a field outside :data:`RESUME_MAY_CHANGE`; fields an older version did not save count
+    as their defaults): resuming it would silently mix two experiments. ``mappa train`` checks this before it
+    builds anything."""
+    out = Path(cfg.out_dir)
+    reused = (
+        (out / "checkpoints" / "latest").exists()
+        or (out / "eval.json").exists()
+        or any(f.stat().st_size for f in (out / "rollouts").glob("*.jsonl"))
+    )
+    if not cfg.resume or not reused or not (out / "config.json").exists():
+        return None
+    now = json.loads(json.dumps(asdict(cfg)))
+    defaults = json.loads(json.dumps(asdict(TrainConfig())))
+    saved = {**defaults, **{k: v for k, v in json.loads((out / "config.json").read_text()).items() if k in now}}
+    changed = sorted(k for k in now if k not in RESUME_MAY_CHANGE and saved.get(k) != now.get(k))
+    if changed:
+        diff = "; ".join(f"{k}: {saved.get(k)!r} then, {now.get(k)!r} now" for k in changed)
+        raise ValueError(
+            f"{out} holds a run configured otherwise ({diff}): resume it with its own configuration, or start "
+            "afresh with --no-resume or another --out"
+        )
+    return saved
+
+
+__all__ = ["RESUME_MAY_CHANGE", "TrajectoryStore", "check_resumable"]
