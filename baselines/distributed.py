@@ -1,5 +1,6 @@
-"""The pieces of the distributed trainer that run inside Ray actors: a vLLM engine per role and DeepSpeed ZeRO-3
-ranks per role, plus the driver-side :class:`VLLMPolicy` and the per-rank batch balancing.
+"""The DeepSpeed side of the distributed trainer, run inside Ray actors: ZeRO ranks per role (:class:`RoleWorker`)
+and the per-rank batch balancing. The vLLM side (engines, the driver's policy, the weight transfer) is in
+:mod:`baselines.engines`.
 
 Nothing here imports Ray, vLLM or DeepSpeed at module level: the classes are plain Python classes that
 :mod:`baselines.ray_trainer` turns into actors with ``ray.remote``, and which a test can also build in-process.
@@ -13,9 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .config import TrainConfig
+from .engines import pack_weights
 from .packing import build_pack, distinct_tokens, pack_samples, packed_logprobs
-from .policies import Generation
-from .samples import Sample, prompt_ids, sample_rows, token_logprobs, tokenize_samples
+from .samples import Sample, sample_rows, token_logprobs, tokenize_samples
 
 # ----------------------------------------------------------------------------------------------- batch balancing
 
@@ -72,205 +73,6 @@ def _release_freed_memory() -> None:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         except (OSError, AttributeError):  # not glibc (musl): nothing to release this way
             pass
-
-
-# ----------------------------------------------------------------------------------------------- weight transfer
-
-
-def pack_weights(state: dict[str, Any]) -> dict[str, tuple[Any, str]]:
-    """A state dict as numpy arrays (with each tensor's dtype name), for Ray's object store: Ray writes numpy
-    arrays into shared memory out of band, once, and a reader on the same node maps them without a copy, where a
-    pickled torch tensor is copied in and out of the pickle. bfloat16, which numpy lacks, travels as int16 bits.
-    The arrays are views of the tensors where those are contiguous CPU tensors: pack right before handing over."""
-    import torch
-
-    out: dict[str, tuple[Any, str]] = {}
-    for name, t in state.items():
-        t = t.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        t = t.contiguous()
-        dtype = str(t.dtype).removeprefix("torch.")
-        out[name] = ((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy(), dtype)
-    return out
-
-
-def unpack_weights(weights: dict[str, Any]) -> list[tuple[str, Any]]:
-    """``(name, tensor)`` pairs from :func:`pack_weights`' arrays (no copy: the tensors share the arrays' memory,
-    which may be read-only shared memory; the reader copies them into its own parameters) or from tensors."""
-    import warnings
-
-    import torch
-
-    pairs = []
-    for name, value in weights.items():
-        if isinstance(value, tuple):
-            array, dtype = value
-            with warnings.catch_warnings():  # a read-only array: the tensor is only read from
-                warnings.simplefilter("ignore", UserWarning)
-                t = torch.from_numpy(array)
-            if dtype == "bfloat16":
-                t = t.view(torch.bfloat16)
-            value = t
-        pairs.append((name, value))
-    return pairs
-
-
-# ----------------------------------------------------------------------------------------------- vLLM engine
-
-
-class VLLMEngine:
-    """One role's generation engine: a vLLM ``LLM`` in this process (V1 engine core in-process), whose weights
-    the role's trainer replaces after every update through ``collective_rpc("reload_weights")``."""
-
-    def __init__(
-        self,
-        model_path: str,
-        *,
-        dtype: str = "float32",
-        device: str = "cpu",
-        seed: int = 0,
-        max_model_len: int = 2048,
-        kv_cache_gb: float = 1.0,
-        gpu_memory_utilization: float = 0.25,
-        name: str = "engine",
-    ):
-        from .console import redirect_actor_output
-
-        redirect_actor_output(os.environ.get("MAPPA_ACTOR_LOG_DIR"), name)  # `name` names the log file
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the actor is the process; no engine-core child
-        if device == "cpu":
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gb))))
-        from vllm import LLM
-
-        kwargs: dict[str, Any] = {}
-        if device == "cuda":
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        self.llm = LLM(
-            model=model_path,
-            dtype=dtype,
-            seed=seed,
-            max_model_len=max_model_len,
-            enforce_eager=device == "cpu",
-            enable_prefix_caching=True,  # every turn of an episode re-sends the team's context
-            # the sampled tokens' log-probs after temperature (what the trainer's policy pass would compute, and
-            # what the KL penalty needs), not vLLM's default of the raw logits' log-probs
-            logprobs_mode="processed_logprobs",
-            **kwargs,
-        )
-        self.max_model_len = max_model_len
-        self.weight_version = 0
-
-    def ready(self) -> bool:
-        return True
-
-    def generate(
-        self,
-        prompts: list[list[int]],
-        *,
-        max_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
-        logprobs: bool = True,
-    ) -> list[tuple[str, list[int], str, list[float] | None]]:
-        """Replies ``(text, sampled token ids, finish reason, log-probs)`` for token-id prompts, in order. The ids
-        include the end-of-sequence token when generation stopped on it; the reason is ``"stop"`` or ``"length"``;
-        the log-probs (``logprobs=True``) are each sampled token's under the engine's weights at ``temperature``
-        (after top-p), else None."""
-        from vllm import SamplingParams
-
-        params = SamplingParams(
-            temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0 if logprobs else None
-        )
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        replies = []
-        for o in outs:
-            c = o.outputs[0]
-            ids = list(c.token_ids)
-            lps = None
-            if logprobs:
-                if c.logprobs is None or len(c.logprobs) != len(ids):
-                    raise RuntimeError(
-                        f"vLLM returned {0 if c.logprobs is None else len(c.logprobs)} log-probs for {len(ids)} tokens"
-                    )
-                lps = [float(step[tok].logprob) for step, tok in zip(c.logprobs, ids, strict=True)]
-            replies.append((c.text, ids, c.finish_reason or "length", lps))
-        return replies
-
-    def load_weights(self, weights: dict[str, Any]) -> float:
-        """Replace the model's weights (full, unsharded tensors by Hugging Face name, or :func:`pack_weights`'
-        arrays); returns seconds taken."""
-        t0 = time.perf_counter()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": unpack_weights(weights)})
-        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
-        self.weight_version += 1
-        return time.perf_counter() - t0
-
-    def reset_prefix_cache(self) -> bool:
-        """Forget the cached KV blocks (a benchmark's cold start; a weight load does it too)."""
-        return bool(self.llm.reset_prefix_cache())
-
-    def prompt_logprobs(self, prompt: list[int]) -> list[float]:
-        """Log-probability of each token of ``prompt`` after the first under the engine's current weights."""
-        from vllm import SamplingParams
-
-        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
-        out = self.llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)[0]
-        return [out.prompt_logprobs[i][tok].logprob for i, tok in enumerate(prompt) if i > 0]
-
-
-class VLLMPolicy:
-    """A :class:`baselines.policies.Policy` backed by a :class:`VLLMEngine` (a Ray actor, or an instance in this
-    process): chat template and prompt truncation here, generation in the engine. ``submit`` lets rollouts keep
-    every role's engine busy at once; ``concurrent=False`` makes it wait for its engine instead (engines sharing
-    the same CPU cores: one at a time is faster)."""
-
-    def __init__(
-        self,
-        engine: Any,
-        tokenizer: Any,
-        *,
-        max_prompt_tokens: int,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
-        concurrent: bool = True,
-    ):
-        self.engine, self.tokenizer = engine, tokenizer
-        self.concurrent = concurrent
-        self.max_prompt_tokens, self.max_new_tokens = max_prompt_tokens, max_new_tokens
-        self.temperature, self.top_p = temperature, top_p
-        self.generated_tokens = 0
-        self.truncated_prompts = 0
-
-    def encode(self, conversation) -> list[int]:
-        ids = prompt_ids(self.tokenizer, conversation)
-        if len(ids) > self.max_prompt_tokens:  # keep the end: the latest instruction and tool feedback
-            self.truncated_prompts += 1
-            ids = ids[-self.max_prompt_tokens :]
-        return ids
-
-    def submit(self, batch):
-        prompts = [self.encode(c) for c in batch]
-        kwargs = {"max_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p}
-        generate = self.engine.generate
-        if not hasattr(generate, "remote"):  # an engine in this process (``mappa eval``)
-            replies = generate(prompts, **kwargs)
-            return lambda: self._texts(replies)
-        import ray
-
-        ref = generate.remote(prompts, **kwargs)
-        if not self.concurrent:  # this engine finishes before the caller submits to another one
-            replies = ray.get(ref)
-            return lambda: self._texts(replies)
-        return lambda: self._texts(ray.get(ref))
-
-    def _texts(self, replies: list[tuple[str, list[int], str, list[float] | None]]) -> list[Generation]:
-        self.generated_tokens += sum(len(r[1]) for r in replies)
-        return [Generation(*r) for r in replies]
-
-    def generate(self, batch) -> list[Generation]:
-        return self.submit(batch)()
 
 
 # ----------------------------------------------------------------------------------------------- DeepSpeed rank

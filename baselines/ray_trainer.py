@@ -33,7 +33,8 @@ import torch
 
 from .advantages import RoleBatch, advantages_by_role
 from .config import TrainConfig
-from .distributed import RoleWorker, VLLMEngine, VLLMPolicy, plan_shards
+from .distributed import RoleWorker, plan_shards
+from .engines import VLLMEngine, VLLMPolicy
 from .loop import TrainerBase
 from .samples import Sample, sample_rows
 

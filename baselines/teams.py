@@ -126,7 +126,7 @@ def build_policies(team: Mapping[str, Mapping[str, str]], cfg: EvalConfig) -> di
             if cfg.engine == "vllm":
                 from transformers import AutoTokenizer
 
-                from .distributed import VLLMEngine, VLLMPolicy
+                from .engines import VLLMEngine, VLLMPolicy
 
                 engine = VLLMEngine(path, seed=cfg.seed, max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens + 8)
                 shared[path] = VLLMPolicy(

@@ -136,7 +136,7 @@ def bench_generation(new_tokens: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from baselines.distributed import VLLMEngine
+    from baselines.engines import VLLMEngine
     from baselines.models import resolve_model
     from baselines.samples import prompt_ids
 

@@ -269,7 +269,8 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
 
     import mappa_envs
     from baselines.config import TrainConfig
-    from baselines.distributed import RoleWorker, VLLMEngine, VLLMPolicy
+    from baselines.distributed import RoleWorker
+    from baselines.engines import VLLMEngine, VLLMPolicy
     from baselines.models import resolve_model
     from baselines.presets import PRESETS
     from baselines.ray_trainer import ray_init

@@ -114,8 +114,8 @@ def test_a_task_without_heldout_tasks_is_refused_clearly(no_heldout_envs, tmp_pa
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_train_one_iteration_then_evaluate_heldout(env_id, tmp_path):
     from baselines.local_trainer import LocalTrainer, TrainConfig
-    from baselines.store import TrajectoryStore
     from baselines.models import tiny_model_dir
+    from baselines.store import TrajectoryStore
 
     env_kwargs = TRAIN_KWARGS.get(env_id, {})
     cfg = TrainConfig(

@@ -58,7 +58,7 @@ def _worker_checks(queue) -> None:
     out["a_vs_b"] = max(float((sa[k] - sb[k]).abs().max()) for k in initial)
     out["gap"] = stats["rollout_logp_gap"]
     # the engine's weights: numpy views of the parameters, bit-identical once unpacked
-    from baselines.distributed import unpack_weights
+    from baselines.engines import unpack_weights
 
     packed = b.engine_weights()
     state = dict(unpack_weights(packed))

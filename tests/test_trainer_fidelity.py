@@ -398,7 +398,7 @@ def test_vllm_policy_returns_the_engines_ids_and_finish_reasons():
     finish on its own (finish_reason None) counts as cut."""
     from types import SimpleNamespace
 
-    from baselines.distributed import VLLMEngine, VLLMPolicy
+    from baselines.engines import VLLMEngine, VLLMPolicy
 
     class FakeLLM:
         def generate(self, prompts, params, use_tqdm=False):
