@@ -23,173 +23,14 @@ from __future__ import annotations
 import base64
 import html
 import json
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mappa_envs.coach.bias import bias_report, format_report
-from mappa_envs.core import EpisodeRecord, read_jsonl
-from mappa_envs.metrics import paired_test, wilson_interval
+from mappa_envs.metrics import BEHAVIOUR_LABELS, paired_change, wilson_interval
 
-ROLE_METRICS = (
-    ("mean_coach_score", "mean reward x 10 (the coach's score; outcome-only: the outcome)"),
-    ("tool_call_rate", "tool-call rate"),
-    ("tool_success_rate", "tool success rate"),
-    ("response_chars", "response length (chars)"),
-    ("kl", "KL to the reference"),
-)
-
-
-class Run:
-    """One training run's logs."""
-
-    def __init__(self, path: str | Path, label: str | None = None):
-        self.path = Path(path)
-        if not (self.path / "metrics.jsonl").exists():
-            raise FileNotFoundError(f"{self.path} has no metrics.jsonl: not a `mappa train` output folder")
-        self.label = label or self.path.name
-        self.metrics = [json.loads(x) for x in (self.path / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        self.rollouts: dict[int, list[EpisodeRecord]] = {}
-        for f in sorted((self.path / "rollouts").glob("iter-*.jsonl")):
-            self.rollouts[int(f.stem.split("-")[1])] = list(read_jsonl(f))
-        self.eval = json.loads((self.path / "eval.json").read_text()) if (self.path / "eval.json").exists() else {}
-        cfg = self.path / "config.json"
-        self.config = json.loads(cfg.read_text()) if cfg.exists() else {}
-
-    @property
-    def roles(self) -> list[str]:
-        roles: list[str] = []
-        for m in self.metrics:
-            roles += [k for k, v in m.items() if isinstance(v, dict) and k not in roles]
-        return roles
-
-    def records(self) -> list[EpisodeRecord]:
-        return [r for it in sorted(self.rollouts) for r in self.rollouts[it]]
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def plot_curves(runs: Sequence[Run], path: Path) -> Path:
-    plt = _plt()
-    panels = [("team", "accuracy / success"), *ROLE_METRICS]
-    if any("mean_quality" in m for r in runs for m in r.metrics):
-        panels.insert(1, ("mean_quality", "DSBench mean quality"))
-    cols = 3
-    rows = (len(panels) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), squeeze=False)
-    styles = ["-", "--", ":", "-."]
-    from matplotlib.ticker import MaxNLocator
-
-    for ax, (key, title) in zip(axes.ravel(), panels, strict=False):
-        ax.set_title(title)
-        ax.set_xlabel("iteration")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        for i, run in enumerate(runs):
-            its = [m["iteration"] for m in run.metrics]
-            if key in ("team", "mean_quality"):
-                name = "accuracy" if key == "team" else "mean_quality"
-                ax.plot(its, [m.get(name, 0.0) for m in run.metrics], styles[i % 4], marker="o", label=run.label)
-                continue
-            for j, role in enumerate(run.roles):
-                ys = [m.get(role, {}).get(key) for m in run.metrics]
-                if all(y is None for y in ys):
-                    continue
-                ax.plot(
-                    its,
-                    [float("nan") if y is None else y for y in ys],
-                    styles[i % 4],
-                    color=f"C{j}",
-                    marker="o",
-                    label=f"{run.label}: {role}" if len(runs) > 1 else role,
-                )
-        if ax.lines:
-            ax.legend(fontsize=7)
-    for ax in axes.ravel()[len(panels) :]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
-
-
-def _scores_by_role(records: Sequence[EpisodeRecord]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = defaultdict(list)
-    for r in records:
-        for a in r.actions:
-            ev = a.info.get("coach")
-            if ev is not None:
-                out[a.role].append(float(ev["score"]))
-    return out
-
-
-def plot_coach_scores(runs: Sequence[Run], path: Path) -> Path | None:
-    plt = _plt()
-    series = []  # (run, role, first, last)
-    for run in runs:
-        if not run.rollouts:
-            continue
-        first = _scores_by_role(run.rollouts[min(run.rollouts)])
-        last = _scores_by_role(run.rollouts[max(run.rollouts)])
-        series += [(run, role, first.get(role, []), last.get(role, [])) for role in run.roles]
-    series = [s for s in series if s[2] or s[3]]
-    if not series:
-        return None
-    cols = min(3, len(series))
-    rows = (len(series) + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
-    for ax in axes.ravel()[len(series) :]:
-        ax.axis("off")
-    bins = [x - 0.5 for x in range(12)]
-    for ax, (run, role, first, last) in zip(axes.ravel(), series, strict=False):
-        ax.hist([first, last], bins=bins, label=["first iteration", "last iteration"], color=["C7", "C0"])
-        ax.set_title(f"{run.label}: {role}" if len(runs) > 1 else role, fontsize=9)
-        ax.set_xlabel("coach score")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
-
-
-def plot_coach_bias(runs: Sequence[Run], path: Path) -> tuple[Path | None, str]:
-    plt = _plt()
-    texts, bars = [], []
-    for run in runs:
-        groups, gaps = bias_report(run.records())
-        if not groups:
-            continue
-        texts.append(f"{run.label}\n{format_report(groups, gaps)}")
-        bars += [(run.label, g) for g in groups if g.dimension in ("task_type", "outcome")]
-    if not bars:
-        return None, ""
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(bars)), 3.6))
-    names = [
-        f"{label}\n{g.dimension}={g.group}" if len(runs) > 1 else f"{g.dimension}=\n{g.group}" for label, g in bars
-    ]
-    means = [g.mean for _, g in bars]
-    errs = [0.0 if g.n < 2 else g.mean - g.ci95[0] for _, g in bars]
-    ax.bar(
-        range(len(bars)),
-        means,
-        yerr=errs,
-        capsize=3,
-        color=["C1" if g.dimension == "outcome" else "C2" for _, g in bars],
-    )
-    ax.set_xticks(range(len(bars)), names, fontsize=7)
-    ax.set_ylabel("mean coach score (95% CI)")
-    ax.set_ylim(0, 10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path, "\n\n".join(texts)
+from .report_plots import plot_coach_bias, plot_coach_scores, plot_curves
+from .run_data import Run
 
 
 def _final_table(runs: Sequence[Run]) -> list[str]:
@@ -244,24 +85,9 @@ def _faults_table(runs: Sequence[Run]) -> list[str]:
     return lines if len(lines) > 2 else []
 
 
-BEHAVIOUR = (
-    ("boxed_rate", "boxed"),
-    ("right_answer_rate", "right answer"),
-    ("code_rate", "code"),
-    ("tool_success_rate", "tool ok"),
-    ("right_number_rate", "right number"),
-)
-
-
 def _acc(e: dict[str, Any]) -> str:
     lo, hi = wilson_interval(e["correct"], e["episodes"])
     return f"{e['accuracy']:.1%} [{lo:.1%}, {hi:.1%}] ({e['correct']}/{e['episodes']})"
-
-
-def _paired(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
-    if "outcomes" not in before or "outcomes" not in after or before.get("task_ids") != after.get("task_ids"):
-        return None
-    return paired_test(before["task_ids"], before["outcomes"], after["outcomes"])
 
 
 def comparison_tables(runs: Sequence[Run]) -> list[str]:
@@ -278,7 +104,7 @@ def comparison_tables(runs: Sequence[Run]) -> list[str]:
     ]
     for r in done:
         b, a = r.eval["before"], r.eval["after"]
-        t = _paired(b, a)
+        t = paired_change(b, a)
         test = f"{t['gained']} / {t['lost']} | {t['p_value']:.3g} | {t['p_value_gain']:.3g}" if t else "- | - | -"
         train_s = sum(float(m.get("iteration_s", 0.0)) for m in r.metrics)
         eval_s = [e.get("seconds") for e in (b, a)]
@@ -290,7 +116,7 @@ def comparison_tables(runs: Sequence[Run]) -> list[str]:
     pairs = [(x, y) for i, x in enumerate(done) for y in done[i + 1 :]]
     rows = []
     for x, y in pairs:
-        t = _paired(y.eval["after"], x.eval["after"])  # "after" = x: x alone right counts as gained
+        t = paired_change(y.eval["after"], x.eval["after"])  # "after" = x: x alone right counts as gained
         if t is not None:
             rows.append(
                 f"| {x.label} vs {y.label} | {t['gained']} | {t['lost']} | {t['p_value']:.3g} | "
@@ -310,7 +136,7 @@ def comparison_tables(runs: Sequence[Run]) -> list[str]:
     for r in done:
         b, a = r.eval["before"].get("behaviour") or {}, r.eval["after"].get("behaviour") or {}
         for role in a:
-            cells = [f"{b.get(role, {}).get(k, 0):.0%} -> {a[role].get(k, 0):.0%}" for k, _ in BEHAVIOUR]
+            cells = [f"{b.get(role, {}).get(k, 0):.0%} -> {a[role].get(k, 0):.0%}" for k, _ in BEHAVIOUR_LABELS]
             beh.append(f"| {r.label} | {role} | " + " | ".join(cells) + " |")
     if beh:
         lines += [
@@ -318,8 +144,8 @@ def comparison_tables(runs: Sequence[Run]) -> list[str]:
             "Per-role behaviour on the held-out episodes, before -> after (share of the role's actions; right "
             "number: episodes where its code printed the answer):",
             "",
-            "| run | role | " + " | ".join(label for _, label in BEHAVIOUR) + " |",
-            "|---|---|" + "---|" * len(BEHAVIOUR),
+            "| run | role | " + " | ".join(label for _, label in BEHAVIOUR_LABELS) + " |",
+            "|---|---|" + "---|" * len(BEHAVIOUR_LABELS),
             *beh,
         ]
     return lines

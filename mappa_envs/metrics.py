@@ -188,3 +188,29 @@ def role_behaviour(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, floa
             "right_number_rate": printed / len(truth) if truth and s.tool_calls else 0.0,
         }
     return out
+
+
+BEHAVIOUR_LABELS = (
+    ("boxed_rate", "boxed answer"),
+    ("right_answer_rate", "right answer"),
+    ("code_rate", "code"),
+    ("tool_success_rate", "tool success"),
+    ("right_number_rate", "right number printed"),
+)
+"""The figures of :func:`role_behaviour` with their names in tables and console lines."""
+
+
+def paired_change(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
+    """The exact paired test (:func:`paired_test`) between two evaluations of the same held-out episodes
+    (``task_ids`` and ``outcomes`` in the same order, as ``mappa train``'s ``eval.json`` holds them), with both
+    accuracies and their Wilson intervals; None when they are not the same episodes."""
+    if before.get("task_ids") != after.get("task_ids") or "outcomes" not in before or "outcomes" not in after:
+        return None
+    test = paired_test(before["task_ids"], before["outcomes"], after["outcomes"])
+    return {
+        **test,
+        "accuracy_before": before["accuracy"],
+        "accuracy_after": after["accuracy"],
+        "ci95_before": list(wilson_interval(before["correct"], before["episodes"])),
+        "ci95_after": list(wilson_interval(after["correct"], after["episodes"])),
+    }

@@ -8,8 +8,7 @@ import math
 import pytest
 
 import mappa_envs
-from benchmarks.commands.train import paired_change
-from mappa_envs.metrics import mcnemar_exact, role_behaviour
+from mappa_envs.metrics import mcnemar_exact, paired_change, role_behaviour
 
 
 def test_mcnemar_exact_matches_the_binomial_tails():

@@ -120,45 +120,21 @@ def _fmt_eval(e: dict) -> str:
     return line
 
 
-BEHAVIOUR = (
-    ("boxed_rate", "boxed answer"),
-    ("right_answer_rate", "right answer"),
-    ("code_rate", "code"),
-    ("tool_success_rate", "tool success"),
-    ("right_number_rate", "right number printed"),
-)
-
-
 def _fmt_behaviour(before: dict, after: dict) -> list[str]:
     """Per role, each behaviour figure that is not 0 before and after: ``before -> after``."""
+    from mappa_envs.metrics import BEHAVIOUR_LABELS
+
     lines = []
     for role, b in (before.get("behaviour") or {}).items():
         a = (after.get("behaviour") or {}).get(role, {})
         parts = [
             f"{label} {b.get(key, 0):.0%} -> {a.get(key, 0):.0%}"
-            for key, label in BEHAVIOUR
+            for key, label in BEHAVIOUR_LABELS
             if b.get(key, 0) or a.get(key, 0)
         ]
         if parts:
             lines.append(f"  {role}: " + ", ".join(parts))
     return lines
-
-
-def paired_change(before: dict, after: dict) -> dict | None:
-    """The exact McNemar test between two evaluations of the same held-out episodes (``outcomes`` in the same
-    task order), or None when they are not the same episodes."""
-    from mappa_envs.metrics import paired_test, wilson_interval
-
-    if before.get("task_ids") != after.get("task_ids") or "outcomes" not in before or "outcomes" not in after:
-        return None
-    test = paired_test(before["task_ids"], before["outcomes"], after["outcomes"])
-    return {
-        **test,
-        "accuracy_before": before["accuracy"],
-        "accuracy_after": after["accuracy"],
-        "ci95_before": list(wilson_interval(before["correct"], before["episodes"])),
-        "ci95_after": list(wilson_interval(after["correct"], after["episodes"])),
-    }
 
 
 def _fmt_paired(p: dict) -> str:
@@ -303,6 +279,8 @@ def _print_iteration(trainer, cfg, m: dict, t0: float) -> None:
 
 def _print_changes(cfg, evals: dict[str, Any]) -> None:
     """Each held-out split's change with its paired test (stored as its ``paired``) and the per-role behaviour."""
+    from mappa_envs.metrics import paired_change
+
     pairs = [(evals, evals["before"], evals["after"])] + [
         (evals["splits"][s], evals["splits"][s]["before"], evals["splits"][s]["after"]) for s in cfg.eval_extra_splits
     ]
