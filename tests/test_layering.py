@@ -1,5 +1,5 @@
 """The four packages are floors: sandboxes <- mappa_envs <- baselines <- benchmarks. No module imports from a floor
-above its own (not even inside a function), and no modules import each other in a circle."""
+above its own (not even inside a function), no modules import each other in a circle, and none is over 400 lines."""
 
 import ast
 from pathlib import Path
@@ -73,3 +73,18 @@ def test_no_import_circles():
         if node not in state:
             visit(node, [])
     assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_modules_stay_readable_in_one_sitting():
+    """No module of the four packages is over 400 lines (issue 17): tables of data go to data files, a second
+    concern to a module of its own."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for floor in FLOORS
+        for p in (ROOT / floor).rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
