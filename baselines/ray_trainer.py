@@ -47,6 +47,17 @@ _ACTOR_ENV = {
 }
 
 
+def _batch_figures(batch: RoleBatch, adv: list[Any], samples: int) -> dict[str, float]:
+    """A role's batch before its step: mean KL to the reference and mean |advantage| per token, tokens, samples."""
+    total = sum(len(x) for x in batch.logp)
+    return {
+        "kl": float(sum((a - b).sum() for a, b in zip(batch.logp, batch.ref_logp, strict=True)) / max(total, 1)),
+        "adv_abs_mean": float(sum(a.abs().sum() for a in adv)) / max(total, 1),
+        "tokens": total,
+        "samples": samples,
+    }
+
+
 def _mini_batches(n: int, size: int | None, seed: int) -> list[list[int]]:
     """Sample indices in optimiser-step mini-batches of ``size`` (shuffled with ``seed``; the last may be smaller);
     ``None`` or ``size >= n``: one step over everything."""
@@ -179,20 +190,43 @@ class RayTrainer(TrainerBase):
     def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
         """Log-probs (every role), advantages (per role or over the team), then one PPO-clipped step per
         mini-batch of ``train_batch`` samples per role."""
-        ray, cfg = self._ray, self.cfg
-        W = cfg.world_size
+        cfg = self.cfg
         roles_given = list(by_role)
         by_role = {role: samples for role, samples in by_role.items() if samples}
-        plan: dict[str, tuple[list[list[int]], int, list[tuple[list[int], int]]]] = {}
+        plan = {role: self._plan(samples) for role, samples in by_role.items()}
+        # 1. log-probs under policy and reference (engine's where they serve), per role
+        inputs, timing, engine_lp = self._logprob_inputs(by_role, plan)
+        # 2. advantages in the driver, over each role's whole batch (or the team's)
+        advantages = advantages_by_role(cfg.estimator, inputs, scope=cfg.advantage_scope, beta=cfg.beta_kl)
+        # 3. updates: every role's steps submitted (on CPU one role's finished before the next starts)
+        lr = cfg.lr_at(self.iteration)
+        train_refs, meta = {}, {}
         for role, samples in by_role.items():
-            rows = self._rows(samples)
-            shards, n_micro = plan_shards(rows, W, cfg)
-            plan[role] = (shards, n_micro, rows)
-        parallel = self._parallel_updates
-        # which passes each role needs before its advantages: the policy's log-probs are the engine's (given at
-        # sampling, at the sampling temperature) when the role takes one optimiser step on these samples, which is
-        # then also on-policy (its ratio's old log-probs are the step's own forward pass, detached); the
-        # reference's are the policy's own while the role has not stepped yet (the policy *is* the reference)
+            meta[role] = _batch_figures(inputs[role], advantages[role], len(samples))
+            train_refs[role] = self._submit_steps(
+                role, samples, advantages[role], inputs[role], plan[role], lr, role in engine_lp
+            )
+        # a role whose every sample was masked: reported as skipped, as the local trainer does
+        out: dict[str, dict[str, float]] = {r: {"skipped": 1, "samples": 0, "tokens": 0} for r in roles_given}
+        for role, refs in train_refs.items():
+            out[role] = {**self._step_figures(role, refs, meta[role]["tokens"]), **meta[role], **timing[role]}
+        return out
+
+    def _plan(self, samples: list[Sample]) -> tuple[list[list[int]], int, list[tuple[list[int], int]]]:
+        """A role's batch over its ranks: (sample indices per rank, micro-batches per rank, token rows)."""
+        rows = self._rows(samples)
+        shards, n_micro = plan_shards(rows, self.cfg.world_size, self.cfg)
+        return shards, n_micro, rows
+
+    def _logprob_inputs(self, by_role: dict[str, list[Sample]], plan: dict[str, Any]):
+        """Each role's :class:`RoleBatch` (rewards, outcomes, groups, policy and reference log-probs), the passes'
+        timings, and the roles whose policy log-probs are the engine's.
+
+        The policy's log-probs are the engine's (given at sampling, at the sampling temperature) when the role takes
+        one optimiser step on these samples, which is then also on-policy (its ratio's old log-probs are the step's
+        own forward pass, detached); the reference's are the policy's own while the role has not stepped yet (the
+        policy *is* the reference). Every role's passes run at once, or (CPU) one role after the other."""
+        ray, cfg = self._ray, self.cfg
         passes: dict[str, tuple[bool, bool]] = {}
         engine_lp: dict[str, list[Any]] = {}
         for role, samples in by_role.items():
@@ -201,34 +235,31 @@ class RayTrainer(TrainerBase):
             use_engine = cfg.rollout_logprobs and one_step and all(g is not None for g in given)
             if use_engine:
                 engine_lp[role] = given
-            stepped = role in self._stepped
-            passes[role] = (not use_engine, stepped or not use_engine)  # (policy pass, reference pass)
+            passes[role] = (not use_engine, role in self._stepped or not use_engine)  # (policy pass, reference)
 
-        def logprobs(role: str) -> list[Any]:
+        def submit(role: str) -> list[Any]:
             policy, ref = passes[role]
             if not (policy or ref):
                 return []
+            shards, n_micro, _ = plan[role]
             return [
-                w.logprobs.remote([by_role[role][i] for i in shard], plan[role][1], policy=policy, ref=ref)
-                for w, shard in zip(self.workers[role], plan[role][0], strict=True)
+                w.logprobs.remote([by_role[role][i] for i in shard], n_micro, policy=policy, ref=ref)
+                for w, shard in zip(self.workers[role], shards, strict=True)
             ]
 
-        # 1. log-probs under policy and reference: every role at once, or (CPU) one role after the other
-        lp_refs = {role: logprobs(role) for role in by_role} if parallel else {}
+        submitted = {role: submit(role) for role in by_role} if self._parallel_updates else {}
         inputs: dict[str, RoleBatch] = {}
         timing: dict[str, dict[str, float]] = {}
         for role, samples in by_role.items():
             t0 = time.perf_counter()
             logp: list[Any] = list(engine_lp.get(role, [None] * len(samples)))
             ref: list[Any] = [None] * len(samples)
-            refs = lp_refs[role] if parallel else logprobs(role)
-            if refs:
-                rows_by_rank = ray.get(refs)
-                for shard, rows in zip(plan[role][0], rows_by_rank, strict=True):
-                    for i, (lp, rf) in zip(shard, rows, strict=True):
-                        if lp is not None:
-                            logp[i] = lp
-                        ref[i] = rf
+            refs = submitted[role] if self._parallel_updates else submit(role)
+            for shard, rows in zip(plan[role][0], ray.get(refs), strict=True) if refs else ():
+                for i, (lp, rf) in zip(shard, rows, strict=True):
+                    if lp is not None:
+                        logp[i] = lp
+                    ref[i] = rf
             if not passes[role][1]:
                 ref = logp  # not stepped yet: the reference is the policy (KL exactly 0)
             timing[role] = {
@@ -239,90 +270,71 @@ class RayTrainer(TrainerBase):
             inputs[role] = RoleBatch(
                 [s.reward for s in samples], [s.outcome for s in samples], [s.group_id for s in samples], logp, ref
             )
-        # 2. advantages in the driver, over each role's whole batch (or the team's)
-        advantages = advantages_by_role(cfg.estimator, inputs, scope=cfg.advantage_scope, beta=cfg.beta_kl)
-        # 3. updates
-        lr = cfg.lr_at(self.iteration)
-        train_refs, meta = {}, {}
-        for role, samples in by_role.items():
-            adv, logp, ref = advantages[role], inputs[role].logp, inputs[role].ref_logp
-            total = sum(len(x) for x in logp)
-            meta[role] = {
-                "kl": float(sum((a - b).sum() for a, b in zip(logp, ref, strict=True)) / max(total, 1)),
-                "adv_abs_mean": float(sum(a.abs().sum() for a in adv)) / max(total, 1),
-                "tokens": total,
-                "samples": len(samples),
-            }
-            train_refs[role] = []
-            if max(float(a.abs().max()) for a in adv) < 1e-8:
-                continue  # every advantage is 0 (equal rewards, no KL yet): the gradient is exactly 0, no step
-            # one optimiser step per mini-batch of `train_batch` samples (default: the whole batch), each balanced
-            # over the ranks; an actor runs its calls in order, so they queue up correctly
-            rows = plan[role][2]
-            for idx in _mini_batches(len(samples), cfg.train_batch, cfg.seed):
-                sub, n_mb = plan_shards([rows[i] for i in idx], W, cfg)
-                shards_g = [[idx[j] for j in sh] for sh in sub]
-                step_tokens = sum(len(logp[i]) for i in idx)
-                on_policy = role in engine_lp  # one step: the step's own forward gives the old log-probs
-                train_refs[role].append(
-                    [
-                        w.train_step.remote(
-                            [samples[i] for i in shard],
-                            [adv[i] for i in shard],
-                            None if on_policy else [logp[i] for i in shard],
-                            step_tokens,
-                            n_mb,
-                            lr,
-                            behaviour_logp=[logp[i] for i in shard] if on_policy else None,
-                        )
-                        for w, shard in zip(self.workers[role], shards_g, strict=True)
-                    ]
-                )
-            self._stepped.add(role)
-            pending = [r for step in train_refs[role] for r in step]
-            if not parallel and pending:
-                ray.wait(pending, num_returns=len(pending))  # its peak memory passes before the next role starts
-        # a role whose every sample was masked: reported as skipped, as the local trainer does
-        out: dict[str, dict[str, float]] = {r: {"skipped": 1, "samples": 0, "tokens": 0} for r in roles_given}
-        for role, refs in train_refs.items():
-            if not refs:
-                out[role] = {
-                    "skipped": 1,
-                    "loss": 0.0,
-                    "clip_frac": 0.0,
-                    "grad_norm": 0.0,
-                    **meta[role],
-                    **timing[role],
-                }
-                continue
-            steps = [ray.get(step) for step in refs]  # per step, per rank
-            gaps = [r["rollout_logp_gap"] for ranks in steps for r in ranks if "rollout_logp_gap" in r]
-            self._stale.add(role)
-            secs = sum(max(r["seconds"] for r in ranks) for ranks in steps)
-            n = meta[role]["tokens"]
-            out[role] = {
-                # token-weighted means over the steps (each rank's figures are already over its step's tokens)
-                "loss": sum(sum(r["loss"] for r in ranks) * sum(r["rank_tokens"] for r in ranks) for ranks in steps)
-                / max(n, 1),
-                "clip_frac": sum(
-                    sum(r["clip_frac"] for r in ranks) * sum(r["rank_tokens"] for r in ranks) for ranks in steps
-                )
-                / max(n, 1),
-                "grad_norm": float(sum(ranks[0]["grad_norm"] for ranks in steps) / len(steps)),
-                "lr": steps[-1][0]["lr"],
-                "optimizer_steps": len(steps),
-                "rank_tokens_max": max(sum(ranks[k]["rank_tokens"] for ranks in steps) for k in range(W)),
-                "rank_tokens_min": min(sum(ranks[k]["rank_tokens"] for ranks in steps) for k in range(W)),
-                "train_tok_s": n / secs if secs else 0.0,
-                "train_step_s": secs,
-                "forward_backward_s": sum(max(r["forward_backward_s"] for r in ranks) for ranks in steps),
-                "optimizer_s": sum(max(r["optimizer_s"] for r in ranks) for ranks in steps),
-                **({"rollout_logp_gap": sum(gaps) / len(gaps)} if gaps else {}),
-                "skipped": 0,
-                **meta[role],
-                **timing[role],
-            }
-        return out
+        return inputs, timing, engine_lp
+
+    def _submit_steps(
+        self, role: str, samples: list[Sample], adv: list[Any], batch: RoleBatch, plan: Any, lr: float, on_policy: bool
+    ) -> list[list[Any]]:
+        """Submit one optimiser step per mini-batch of ``train_batch`` samples (default: the whole batch), each
+        balanced over the ranks (an actor runs its calls in order, so they queue up correctly); none when every
+        advantage is 0 (equal rewards, no KL yet: the gradient is exactly 0). ``on_policy``: one step whose own
+        forward gives the old log-probs (the engine's are the behaviour policy's)."""
+        if max(float(a.abs().max()) for a in adv) < 1e-8:
+            return []
+        logp, rows, cfg = batch.logp, plan[2], self.cfg
+        steps = []
+        for idx in _mini_batches(len(samples), cfg.train_batch, cfg.seed):
+            sub, n_mb = plan_shards([rows[i] for i in idx], cfg.world_size, cfg)
+            step_tokens = sum(len(logp[i]) for i in idx)
+            steps.append(
+                [
+                    w.train_step.remote(
+                        [samples[i] for i in shard],
+                        [adv[i] for i in shard],
+                        None if on_policy else [logp[i] for i in shard],
+                        step_tokens,
+                        n_mb,
+                        lr,
+                        behaviour_logp=[logp[i] for i in shard] if on_policy else None,
+                    )
+                    for w, shard in zip(self.workers[role], [[idx[j] for j in sh] for sh in sub], strict=True)
+                ]
+            )
+        self._stepped.add(role)
+        pending = [r for step in steps for r in step]
+        if not self._parallel_updates and pending:
+            self._ray.wait(pending, num_returns=len(pending))  # its peak memory passes before the next role starts
+        return steps
+
+    def _step_figures(self, role: str, refs: list[list[Any]], n: int) -> dict[str, float]:
+        """A role's update figures from its steps' results (per step, per rank): token-weighted means over the
+        steps (each rank's figures are already over its step's tokens), times, the ranks' balance."""
+        if not refs:
+            return {"skipped": 1, "loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+        steps = [self._ray.get(step) for step in refs]
+        gaps = [r["rollout_logp_gap"] for ranks in steps for r in ranks if "rollout_logp_gap" in r]
+        self._stale.add(role)
+        secs = sum(max(r["seconds"] for r in ranks) for ranks in steps)
+
+        def weighted(key: str) -> float:
+            return sum(sum(r[key] for r in ranks) * sum(r["rank_tokens"] for r in ranks) for ranks in steps) / max(n, 1)
+
+        W = self.cfg.world_size
+        return {
+            "loss": weighted("loss"),
+            "clip_frac": weighted("clip_frac"),
+            "grad_norm": float(sum(ranks[0]["grad_norm"] for ranks in steps) / len(steps)),
+            "lr": steps[-1][0]["lr"],
+            "optimizer_steps": len(steps),
+            "rank_tokens_max": max(sum(ranks[k]["rank_tokens"] for ranks in steps) for k in range(W)),
+            "rank_tokens_min": min(sum(ranks[k]["rank_tokens"] for ranks in steps) for k in range(W)),
+            "train_tok_s": n / secs if secs else 0.0,
+            "train_step_s": secs,
+            "forward_backward_s": sum(max(r["forward_backward_s"] for r in ranks) for ranks in steps),
+            "optimizer_s": sum(max(r["optimizer_s"] for r in ranks) for ranks in steps),
+            **({"rollout_logp_gap": sum(gaps) / len(gaps)} if gaps else {}),
+            "skipped": 0,
+        }
 
     def _engine_logprobs(self, s: Sample) -> torch.Tensor | None:
         """The engine's log-probs of a sample's response tokens, when they cover exactly the tokens trained on."""

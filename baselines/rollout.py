@@ -47,86 +47,107 @@ def run_episodes(
     policies), ``env_s`` (stepping the envs: tools, the coach's hand-off, closing episodes), ``rounds`` and
     ``requests`` (so ``requests / rounds`` is the mean batch per round).
     """
-    clock = {"generate_s": 0.0, "env_s": 0.0, "rounds": 0, "requests": 0}
     order = list(range(episodes)) if isinstance(episodes, int) else [int(i) for i in episodes]
-    envs = [env_fn() for _ in range(min(concurrency, len(order)))]
-    results: dict[int, EpisodeRecord] = {}
-    episode_of: dict[int, int] = {}
-    queue = iter(order)
-    remaining = len(order)
-
-    def start(slot: int) -> None:
-        nonlocal remaining
-        index = next(queue)
-        remaining -= 1
-        options = reset_options(index) if reset_options is not None else None
-        envs[slot].reset(seed=seed + index, options=options)
-        episode_of[slot] = index
-
-    for slot in range(len(envs)):
-        start(slot)
-    active = set(range(len(envs)))
-    finished: list[int] = []
+    run = _Rollout(env_fn, policies, order, seed, concurrency, on_episode, reset_options)
     try:
-        while active:
-            groups: dict[int, list[int]] = defaultdict(list)
-            by_id: dict[int, Policy] = {}
-            for slot in sorted(active):
-                env = envs[slot]
-                agent = env.agent_selection
-                policy = policy_for(policies, agent, env.unwrapped.role(agent).name)
-                by_id[id(policy)] = policy
-                groups[id(policy)].append(slot)
-            t_gen = time.perf_counter()
-            clock["rounds"] += 1
-            clock["requests"] += len(active)
-            pending = {}
-            for pid, slots in groups.items():
-                batch = [envs[s].unwrapped.messages(envs[s].agent_selection) for s in slots]
-                policy = by_id[pid]
-                submit = getattr(policy, "submit", None)
-                pending[pid] = submit(batch) if submit is not None else (lambda p=policy, b=batch: p.generate(b))
-            for pid, slots in groups.items():
-                t = t_gen or time.perf_counter()  # the first group's wait counts the submissions too
-                replies = pending[pid]()
-                clock["generate_s"] += time.perf_counter() - t
-                t_gen = 0.0
-                if len(replies) != len(slots):
-                    raise RuntimeError(f"policy returned {len(replies)} replies for {len(slots)} conversations")
-                t_env = time.perf_counter()
-                for slot, reply in zip(slots, replies, strict=True):
-                    env = envs[slot]
-                    actions = env.unwrapped.record.actions
-                    before = len(actions)
-                    env.step(reply)
-                    if isinstance(reply, Generation) and len(actions) > before:
-                        gen = {"token_ids": list(reply.token_ids), "finish_reason": reply.finish_reason}
-                        if reply.logprobs is not None:
-                            gen["logprobs"] = list(reply.logprobs)
-                        actions[-1].info["generation"] = gen
-                    if env.terminations[env.agent_selection] or env.truncations[env.agent_selection]:
-                        finished.append(slot)
-                clock["env_s"] += time.perf_counter() - t_env
-            t_env = time.perf_counter()
-            # Episodes that ended this round are closed only now: a wrapper that scores asynchronously (the
-            # coach) then waits once for all of them instead of once per episode.
-            for slot in finished:
-                env = envs[slot]
-                while env.agents:  # the dead steps of PettingZoo's AEC protocol
-                    env.step(None)
-                record = env.unwrapped.record
-                results[episode_of[slot]] = record
-                if on_episode is not None:
-                    on_episode(episode_of[slot], record)
-                if remaining:
-                    start(slot)
-                else:
-                    active.discard(slot)
-            finished.clear()
-            clock["env_s"] += time.perf_counter() - t_env
+        while run.active:
+            run.step_round()
+            run.close_finished()
     finally:
-        for env in envs:
-            env.close()
+        run.close()
         if timings is not None:
-            timings.update(clock)
-    return [results[i] for i in order]
+            timings.update(run.clock)
+    return [run.results[i] for i in order]
+
+
+class _Rollout:
+    """The envs in flight of :func:`run_episodes`: which episode each slot plays, the finished records, the clock."""
+
+    def __init__(self, env_fn, policies, order, seed, concurrency, on_episode, reset_options):
+        self.policies, self.seed, self.on_episode, self.reset_options = policies, seed, on_episode, reset_options
+        self.clock = {"generate_s": 0.0, "env_s": 0.0, "rounds": 0, "requests": 0}
+        self.envs = [env_fn() for _ in range(min(concurrency, len(order)))]
+        self.results: dict[int, EpisodeRecord] = {}
+        self.episode_of: dict[int, int] = {}
+        self.queue = iter(order)
+        self.remaining = len(order)
+        self.finished: list[int] = []
+        for slot in range(len(self.envs)):
+            self.start(slot)
+        self.active = set(range(len(self.envs)))
+
+    def start(self, slot: int) -> None:
+        """Reset the env of ``slot`` for the next episode of the queue (seed ``seed + index``)."""
+        index = next(self.queue)
+        self.remaining -= 1
+        options = self.reset_options(index) if self.reset_options is not None else None
+        self.envs[slot].reset(seed=self.seed + index, options=options)
+        self.episode_of[slot] = index
+
+    def step_round(self) -> None:
+        """One action of every active env: each policy's batch submitted before any is awaited, then stepped."""
+        groups: dict[int, list[int]] = defaultdict(list)
+        by_id: dict[int, Policy] = {}
+        for slot in sorted(self.active):
+            env = self.envs[slot]
+            policy = policy_for(self.policies, env.agent_selection, env.unwrapped.role(env.agent_selection).name)
+            by_id[id(policy)] = policy
+            groups[id(policy)].append(slot)
+        t_gen = time.perf_counter()
+        self.clock["rounds"] += 1
+        self.clock["requests"] += len(self.active)
+        pending = {}
+        for pid, slots in groups.items():
+            batch = [self.envs[s].unwrapped.messages(self.envs[s].agent_selection) for s in slots]
+            policy = by_id[pid]
+            submit = getattr(policy, "submit", None)
+            pending[pid] = submit(batch) if submit is not None else (lambda p=policy, b=batch: p.generate(b))
+        for pid, slots in groups.items():
+            t = t_gen or time.perf_counter()  # the first group's wait counts the submissions too
+            replies = pending[pid]()
+            self.clock["generate_s"] += time.perf_counter() - t
+            t_gen = 0.0
+            if len(replies) != len(slots):
+                raise RuntimeError(f"policy returned {len(replies)} replies for {len(slots)} conversations")
+            t_env = time.perf_counter()
+            for slot, reply in zip(slots, replies, strict=True):
+                self._step(slot, reply)
+            self.clock["env_s"] += time.perf_counter() - t_env
+
+    def _step(self, slot: int, reply: Any) -> None:
+        """Step the env of ``slot`` with ``reply``; a :class:`Generation`'s tokens (and log-probs) go with the
+        action it made, in ``info["generation"]``."""
+        env = self.envs[slot]
+        actions = env.unwrapped.record.actions
+        before = len(actions)
+        env.step(reply)
+        if isinstance(reply, Generation) and len(actions) > before:
+            gen = {"token_ids": list(reply.token_ids), "finish_reason": reply.finish_reason}
+            if reply.logprobs is not None:
+                gen["logprobs"] = list(reply.logprobs)
+            actions[-1].info["generation"] = gen
+        if env.terminations[env.agent_selection] or env.truncations[env.agent_selection]:
+            self.finished.append(slot)
+
+    def close_finished(self) -> None:
+        """Close the episodes that ended this round, only now: a wrapper that scores asynchronously (the coach)
+        then waits once for all of them instead of once per episode. Their slots take the next episodes."""
+        t_env = time.perf_counter()
+        for slot in self.finished:
+            env = self.envs[slot]
+            while env.agents:  # the dead steps of PettingZoo's AEC protocol
+                env.step(None)
+            record = env.unwrapped.record
+            self.results[self.episode_of[slot]] = record
+            if self.on_episode is not None:
+                self.on_episode(self.episode_of[slot], record)
+            if self.remaining:
+                self.start(slot)
+            else:
+                self.active.discard(slot)
+        self.finished.clear()
+        self.clock["env_s"] += time.perf_counter() - t_env
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

@@ -51,17 +51,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="also evaluate a baseline on the same episodes (the bundled team, or RUN's models) with a paired test",
     )
     p.add_argument("-k", type=int, default=1, help="samples per problem")
-    p.add_argument("--model", default=None, help="model for every role (default: the bundled smollm2-135m)")
-    p.add_argument("--role-model", action="append", default=[], metavar="ROLE=MODEL", help="model for one role")
-    p.add_argument("--run", default=None, help="a `mappa train` output folder: its models/<role>/ play the roles")
-    p.add_argument(
-        "--role-endpoint",
-        action="append",
-        default=[],
-        metavar="ROLE=[MODEL@]URL",
-        help="an OpenAI-compatible endpoint for one role (API key from OPENAI_API_KEY)",
-    )
-    p.add_argument("--endpoint-model", default=None, help="served model name for endpoints given without MODEL@")
+    _add_team_options(p)
     p.add_argument("--engine", default="vllm", help="local models: vllm (in-process engine) | transformers")
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--max-new-tokens", type=int, default=512)
@@ -74,6 +64,21 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default runs/eval-<time>)")
     p.set_defaults(func=cmd_eval)
     return p
+
+
+def _add_team_options(p: argparse.ArgumentParser) -> None:
+    """Who plays the roles: one model, a model per role, a run's exported models, endpoints."""
+    p.add_argument("--model", default=None, help="model for every role (default: the bundled smollm2-135m)")
+    p.add_argument("--role-model", action="append", default=[], metavar="ROLE=MODEL", help="model for one role")
+    p.add_argument("--run", default=None, help="a `mappa train` output folder: its models/<role>/ play the roles")
+    p.add_argument(
+        "--role-endpoint",
+        action="append",
+        default=[],
+        metavar="ROLE=[MODEL@]URL",
+        help="an OpenAI-compatible endpoint for one role (API key from OPENAI_API_KEY)",
+    )
+    p.add_argument("--endpoint-model", default=None, help="served model name for endpoints given without MODEL@")
 
 
 def _run_env_kwargs(run_dir: str | None, env_id: str = "mappa/MathChat-v0") -> dict[str, Any]:
@@ -90,71 +95,12 @@ def _run_env_kwargs(run_dir: str | None, env_id: str = "mappa/MathChat-v0") -> d
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from baselines.evaluate import (
-        EvalConfig,
-        evaluate,
-        format_comparison,
-        format_tables,
-        paired_comparison,
-        suite_env,
-    )
-    from baselines.teams import build_policies, team_from_args
-    from mappa_envs import make
+    from baselines.evaluate import evaluate, format_comparison, format_tables, paired_comparison
+    from baselines.teams import build_policies
 
-    suites = list(args.suites or ([] if args.tasks else ["aime", "amc", "dsbench"]))
-    suites += [f"tasks:{path}" for path in args.tasks]
-    # the trained team's MathChat arguments (or, comparing a run with the bundled team, that run's), then --env-arg
-    compared = args.compare if args.compare and args.compare != "bundled" else None
-    mathchat_kwargs = _run_env_kwargs(args.run) if args.run else _run_env_kwargs(compared)
-    mathchat_kwargs.update(env_args(args.env_arg))
-    dsbench_kwargs = _run_env_kwargs(args.run or compared, "mappa/DSBench-v0")
-    dsbench_kwargs.update(env_args(args.dsbench_arg, "--dsbench-arg"))
-    for run in (args.run, compared):
-        trained = _run_env_kwargs(run)
-        if run and any(mathchat_kwargs.get(k) != v for k, v in trained.items()):
-            print(
-                f"note: {run} trained with MathChat arguments {trained}; both teams see "
-                f"{mathchat_kwargs or 'the defaults'}"
-            )
-    cfg = EvalConfig(
-        suites=tuple(suites),
-        k=args.k,
-        seed=args.seed,
-        temperature=args.temperature,
-        max_new_tokens=args.max_new_tokens,
-        max_prompt_tokens=args.max_prompt_tokens,
-        limit=args.limit,
-        concurrency=args.concurrency,
-        engine=args.engine,
-        dsbench_data_dir=args.dsbench_data_dir,
-        sandbox=args.sandbox,
-        mathchat_kwargs=mathchat_kwargs,
-        dsbench_kwargs=dsbench_kwargs,
-    )
-    roles: list[str] = []
-    for suite in cfg.suites:
-        env_id, kwargs = suite_env(suite, cfg)
-        probe = make(env_id, **kwargs)
-        roles += [r.name for r in probe.unwrapped.roles if r.name not in roles]
-        probe.close()
-    if mathchat_kwargs:
-        print(f"MathChat arguments: {mathchat_kwargs}")
-    if dsbench_kwargs:
-        print(f"DSBench arguments: {dsbench_kwargs}")
-    team = team_from_args(
-        roles,
-        model=args.model,
-        role_models=key_values(args.role_model, "--role-model"),
-        run_dir=args.run,
-        role_endpoints=key_values(args.role_endpoint, "--role-endpoint"),
-        endpoint_model=args.endpoint_model,
-    )
-    teams = {"team": team}
-    if args.compare:  # the baseline: the bundled model in every role, or another run's exported models
-        teams["baseline"] = team_from_args(roles, run_dir=None if args.compare == "bundled" else args.compare)
-    for name, members in teams.items():
-        for role, who in members.items():
-            print(f"{name + ' ' if args.compare else ''}{role:<16}{who}", flush=True)
+    cfg = _eval_config(args)
+    teams = _teams(args, _roles(cfg))
+    team = teams["team"]
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
     policies = build_policies(team, cfg)
     result = evaluate(policies, cfg, out_dir=out, team=team)
@@ -174,3 +120,80 @@ def cmd_eval(args: argparse.Namespace) -> int:
         (out / "eval.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"\nresults: {out / 'eval.json'} (trajectories beside it)")
     return 0
+
+
+def _eval_config(args: argparse.Namespace):
+    """The :class:`~baselines.evaluate.EvalConfig` of the arguments: the suites, and the env arguments of the trained
+    team (or, comparing a run with the bundled team, that run's), then ``--env-arg`` / ``--dsbench-arg``."""
+    from baselines.evaluate import EvalConfig
+
+    suites = list(args.suites or ([] if args.tasks else ["aime", "amc", "dsbench"]))
+    suites += [f"tasks:{path}" for path in args.tasks]
+    compared = args.compare if args.compare and args.compare != "bundled" else None
+    mathchat_kwargs = _run_env_kwargs(args.run) if args.run else _run_env_kwargs(compared)
+    mathchat_kwargs.update(env_args(args.env_arg))
+    dsbench_kwargs = _run_env_kwargs(args.run or compared, "mappa/DSBench-v0")
+    dsbench_kwargs.update(env_args(args.dsbench_arg, "--dsbench-arg"))
+    for run in (args.run, compared):
+        trained = _run_env_kwargs(run)
+        if run and any(mathchat_kwargs.get(k) != v for k, v in trained.items()):
+            print(
+                f"note: {run} trained with MathChat arguments {trained}; both teams see "
+                f"{mathchat_kwargs or 'the defaults'}"
+            )
+    if mathchat_kwargs:
+        print(f"MathChat arguments: {mathchat_kwargs}")
+    if dsbench_kwargs:
+        print(f"DSBench arguments: {dsbench_kwargs}")
+    return EvalConfig(
+        suites=tuple(suites),
+        k=args.k,
+        seed=args.seed,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+        max_prompt_tokens=args.max_prompt_tokens,
+        limit=args.limit,
+        concurrency=args.concurrency,
+        engine=args.engine,
+        dsbench_data_dir=args.dsbench_data_dir,
+        sandbox=args.sandbox,
+        mathchat_kwargs=mathchat_kwargs,
+        dsbench_kwargs=dsbench_kwargs,
+    )
+
+
+def _roles(cfg) -> list[str]:
+    """Every role of the suites' envs, in order of appearance."""
+    from baselines.evaluate import suite_env
+    from mappa_envs import make
+
+    roles: list[str] = []
+    for suite in cfg.suites:
+        env_id, kwargs = suite_env(suite, cfg)
+        probe = make(env_id, **kwargs)
+        roles += [r.name for r in probe.unwrapped.roles if r.name not in roles]
+        probe.close()
+    return roles
+
+
+def _teams(args: argparse.Namespace, roles: list[str]) -> dict[str, dict[str, Any]]:
+    """The team evaluated and, with ``--compare``, the baseline: the bundled model in every role, or another run's
+    exported models."""
+    from baselines.teams import team_from_args
+
+    teams = {
+        "team": team_from_args(
+            roles,
+            model=args.model,
+            role_models=key_values(args.role_model, "--role-model"),
+            run_dir=args.run,
+            role_endpoints=key_values(args.role_endpoint, "--role-endpoint"),
+            endpoint_model=args.endpoint_model,
+        )
+    }
+    if args.compare:
+        teams["baseline"] = team_from_args(roles, run_dir=None if args.compare == "bundled" else args.compare)
+    for name, members in teams.items():
+        for role, who in members.items():
+            print(f"{name + ' ' if args.compare else ''}{role:<16}{who}", flush=True)
+    return teams

@@ -50,8 +50,7 @@ def cmd_envs(_args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from baselines import GenerationConfig, TransformersPolicy, run_episodes
-    from baselines.models import DEFAULT_MODEL
+    from baselines import run_episodes
     from mappa_envs import make
     from mappa_envs.core import write_jsonl
     from mappa_envs.metrics import summary_table
@@ -65,21 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     roles = [r.name for r in probe.unwrapped.roles]
     probe.close()
 
-    gen = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, batch_size=args.batch_size)
-    per_role = key_values(args.role_model, "--role-model")
-    unknown = set(per_role) - set(roles)
-    if unknown:
-        raise SystemExit(f"--role-model names unknown roles {sorted(unknown)}; roles: {roles}")
-    loaded: dict[str, TransformersPolicy] = {}
-    policies = {}
-    t0 = time.monotonic()
-    for role in roles:
-        name = per_role.get(role, args.model or DEFAULT_MODEL)
-        if name not in loaded:
-            print(f"loading {name} ...", file=sys.stderr, flush=True)
-            loaded[name] = TransformersPolicy(name, gen, seed=args.seed)
-        policies[role] = loaded[name]
-    print(f"models ready in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    loaded, policies = _load_policies(args, roles)
 
     out = Path(args.out or f"runs/run-{time.strftime('%Y%m%d-%H%M%S')}/trajectories.jsonl")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -118,6 +103,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"{len(records)} episodes in {elapsed:.1f}s, {tokens} generated tokens ({tokens / elapsed:.1f} tok/s)")
     print(f"trajectories: {out}")
     return 0
+
+
+def _load_policies(args: argparse.Namespace, roles: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The transformers policies of ``--model`` / ``--role-model``: (each distinct model once, the policy per role)."""
+    from baselines import GenerationConfig, TransformersPolicy
+    from baselines.models import DEFAULT_MODEL
+
+    gen = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, batch_size=args.batch_size)
+    per_role = key_values(args.role_model, "--role-model")
+    unknown = set(per_role) - set(roles)
+    if unknown:
+        raise SystemExit(f"--role-model names unknown roles {sorted(unknown)}; roles: {roles}")
+    loaded: dict[str, Any] = {}
+    policies = {}
+    t0 = time.monotonic()
+    for role in roles:
+        name = per_role.get(role, args.model or DEFAULT_MODEL)
+        if name not in loaded:
+            print(f"loading {name} ...", file=sys.stderr, flush=True)
+            loaded[name] = TransformersPolicy(name, gen, seed=args.seed)
+        policies[role] = loaded[name]
+    print(f"models ready in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+    return loaded, policies
 
 
 def _transcript(rec) -> str:
