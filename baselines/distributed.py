@@ -123,6 +123,16 @@ def deepspeed_config(cfg: TrainConfig, world_size: int, *, train: bool) -> dict[
     return conf
 
 
+def _logp_gap(lps: list[Any], behaviour: list[Any]) -> tuple[float, int]:
+    """The summed absolute gap between this pass's log-probs and the engine's (where given), and its token count."""
+    gap, n = 0.0, 0
+    for lp, b in zip(lps, behaviour, strict=False):  # as many as the pass has samples
+        if b is not None:
+            d = (lp.detach() - b.to(lp)).abs()
+            gap, n = gap + float(d.sum()), n + d.numel()
+    return gap, n
+
+
 class RoleWorker:
     """One DeepSpeed ZeRO-3 rank of one role: the trained model, the frozen reference (also ZeRO-3 sharded) and
     the optimiser state shard. Every method is collective: the driver calls it on all ranks of the role."""
@@ -290,11 +300,8 @@ class RoleWorker:
             else:
                 old = torch.cat([old_logp[j].to(logp) for j in idx])[None]
             if behaviour_logp is not None:
-                for k, j in enumerate(idx):
-                    if behaviour_logp[j] is not None:
-                        d = (lps[k].detach() - behaviour_logp[j].to(logp)).abs()
-                        gap += float(d.sum())
-                        gap_n += d.numel()
+                g, c = _logp_gap(lps, [behaviour_logp[j] for j in idx])
+                gap, gap_n = gap + g, gap_n + c
             mask = torch.ones_like(logp)
             n = float(logp.shape[1])
             loss, info = ppo_clip_loss(logp, old, adv, mask, self.cfg.clip_eps)
@@ -303,15 +310,7 @@ class RoleWorker:
             stats["clip_frac"] += info["clip_frac"] * n / max(total_tokens, 1)
             tokens += int(n)
         t_backward = time.perf_counter()
-        norm = None
-        if self.cfg.zero_stage < 3:  # DeepSpeed reports it for ZeRO-3 (or fp16/bf16 optimisers) only
-            grads = [p.grad.detach().float().norm() for p in self.engine.module.parameters() if p.grad is not None]
-            norm = float(torch.stack(grads).norm()) if grads else 0.0
-            if self.world_size > 1:
-                norm = float("nan")  # gradients are reduced in step(): a local norm would mislead
-        self.engine.step()
-        if norm is None:
-            norm = self.engine.get_global_grad_norm()
+        norm = self._step()
         end = time.perf_counter()
         stats.update(
             lr=float(self.engine.get_lr()[0]),
@@ -326,6 +325,18 @@ class RoleWorker:
             stats["rollout_logp_gap"] = gap / gap_n
         _release_freed_memory()
         return stats
+
+    def _step(self) -> float | None:
+        """The optimiser step; returns the gradient norm before it (DeepSpeed reports it for ZeRO-3 or fp16/bf16
+        optimisers only: else computed here, NaN with several ranks, whose gradients are reduced in the step)."""
+        norm = None
+        if self.cfg.zero_stage < 3:
+            grads = [p.grad.detach().float().norm() for p in self.engine.module.parameters() if p.grad is not None]
+            norm = float(self._torch.stack(grads).norm()) if grads else 0.0
+            if self.world_size > 1:
+                norm = float("nan")  # a local norm would mislead
+        self.engine.step()
+        return self.engine.get_global_grad_norm() if norm is None else norm
 
     # --- weights and checkpoints
     def full_state(self) -> dict[str, Any] | None:

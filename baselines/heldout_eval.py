@@ -29,23 +29,12 @@ def evaluate_heldout(
     ``split`` (``cfg.eval_split``) picks the held-out split of a task with named splits; a task without ignores
     it. Each held-out task is one problem: ``episodes`` is capped at their number. Raises
     :class:`mappa_envs.heldout.NoHeldOutTasks` when the task declares none."""
-    import warnings
-
     from mappa_envs.heldout import heldout_env_kwargs
     from mappa_envs.metrics import accuracy, outcome_key, role_behaviour, role_stats
 
     k = samples or cfg.eval_samples
     kwargs = heldout_env_kwargs(cfg.env_id, cfg.env_kwargs, split)
-    probe = mappa_envs.make(cfg.env_id, **kwargs)
-    task_ids = [t.id for t in probe.unwrapped.tasks]
-    probe.close()
-    if episodes > len(task_ids):
-        warnings.warn(
-            f"{episodes} evaluation episodes asked for, but {cfg.env_id} has {len(task_ids)} held-out "
-            f"tasks ({kwargs}): evaluating each once",
-            stacklevel=2,
-        )
-        episodes = len(task_ids)
+    episodes = _capped(cfg.env_id, kwargs, episodes)
     t0 = time.perf_counter()
     records = run_episodes(
         lambda: mappa_envs.make(cfg.env_id, **kwargs),
@@ -76,3 +65,20 @@ def evaluate_heldout(
         "outcomes": [bool(r.outcome.get(outcome_key(records))) for r in records],
         "seconds": round(time.perf_counter() - t0, 1),
     }
+
+
+def _capped(env_id: str, kwargs: dict[str, Any], episodes: int) -> int:
+    """``episodes``, or the number of held-out tasks when there are fewer (with a warning: each is evaluated once)."""
+    import warnings
+
+    probe = mappa_envs.make(env_id, **kwargs)
+    n_tasks = len(probe.unwrapped.tasks)
+    probe.close()
+    if episodes > n_tasks:
+        warnings.warn(
+            f"{episodes} evaluation episodes asked for, but {env_id} has {n_tasks} held-out tasks ({kwargs}): "
+            "evaluating each once",
+            stacklevel=3,
+        )
+        return n_tasks
+    return episodes
