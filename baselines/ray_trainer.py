@@ -119,16 +119,27 @@ class RayTrainer(TrainerBase):
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         ray_init(cfg)
         self._ray = ray
+        self._start_actors(path, dtype)
+        self._policies = {role: self._policy(self.engines[role], cfg.temperature) for role in self.roles}
+        self.sync_seconds: list[float] = []
+        self.sync_by_role: dict[str, float] = {}
+        """Seconds of each role's last weight sync (when roles sync one after the other)."""
+        self._stale: set[str] = set()  # roles whose engine lags its trainer (the engines start from the same weights)
+        self._stepped: set[str] = set()  # roles whose trainer has taken a step (their policy is not the reference)
+        self._parallel_updates = cfg.parallel_updates if cfg.parallel_updates is not None else self.device == "cuda"
+
+    def _start_actors(self, path: str, dtype: str) -> None:
+        """A vLLM engine and ``world_size`` DeepSpeed ranks per role, ready when this returns. On GPU every actor
+        takes an equal share of the GPUs (engines start one at a time: vLLM profiles free memory at start-up)."""
+        ray, cfg = self._ray, self.cfg
         n_actors = len(self.roles) * (1 + cfg.world_size)
         if self.device == "cuda":
             gpus = ray.cluster_resources().get("GPU", 0)
             if gpus < 1:
                 raise RuntimeError("device='cuda' but the Ray cluster has no GPU")
-            share = min(1.0, gpus / n_actors)
-            opts = {"num_cpus": 1, "num_gpus": share}
+            opts = {"num_cpus": 1, "num_gpus": min(1.0, gpus / n_actors)}
         else:
             opts = {"num_cpus": 0}
-        max_len = cfg.max_prompt_tokens + cfg.max_new_tokens
         Engine = ray.remote(VLLMEngine)
         Worker = ray.remote(RoleWorker)
         self.engines: dict[str, Any] = {}
@@ -139,12 +150,12 @@ class RayTrainer(TrainerBase):
                 dtype=dtype,
                 device=self.device,
                 seed=cfg.seed + i,
-                max_model_len=max_len,
+                max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
                 kv_cache_gb=cfg.engine_kv_cache_gb,
                 gpu_memory_utilization=cfg.gpu_memory_utilization,
                 name=f"engine-{role}",
             )
-            if self.device == "cuda":  # vLLM profiles free memory at start-up: one engine at a time, no trainer yet
+            if self.device == "cuda":
                 ray.get(self.engines[role].ready.remote())
         for role in self.roles:
             port = _free_port()
@@ -156,13 +167,6 @@ class RayTrainer(TrainerBase):
             [e.ready.remote() for e in self.engines.values()]
             + [w.ready.remote() for ws in self.workers.values() for w in ws]
         )
-        self._policies = {role: self._policy(self.engines[role], cfg.temperature) for role in self.roles}
-        self.sync_seconds: list[float] = []
-        self.sync_by_role: dict[str, float] = {}
-        """Seconds of each role's last weight sync (when roles sync one after the other)."""
-        self._stale: set[str] = set()  # roles whose engine lags its trainer (the engines start from the same weights)
-        self._stepped: set[str] = set()  # roles whose trainer has taken a step (their policy is not the reference)
-        self._parallel_updates = cfg.parallel_updates if cfg.parallel_updates is not None else self.device == "cuda"
 
     def _policy(self, engine, temperature: float) -> VLLMPolicy:
         cfg = self.cfg
