@@ -244,27 +244,7 @@ def estimate_memory(
     P = shape.params
     notes = [f"{P / 1e6:.0f}M parameters per role, from the {shape.source}"]
     if cfg.trainer == "local":
-        b = 4  # the local trainer loads float32
-        shared = cfg.share_model
-        parts = {
-            f"policies ({'1 shared' if shared else n_roles} x fp32)": (1 if shared else n_roles) * P * b,
-            f"references ({n_roles} x fp32)": n_roles * P * b,
-            "gradients (fp32)": (1 if shared else n_roles) * P * 4,
-            f"AdamW states ({n_roles} optimisers)": n_roles * 8 * P,
-            "generation KV cache": cfg.concurrency
-            * (cfg.max_prompt_tokens + cfg.max_new_tokens)
-            * shape.num_layers
-            * 2
-            * shape.num_kv_heads
-            * shape.head_dim
-            * b,
-            f"activations: micro-batch {cfg.micro_batch}, one role": activation_bytes(
-                shape, cfg, b, checkpointing=False
-            ),
-            "process runtime": LOCAL_RUNTIME_GIB * GiB,
-        }
-        notes.append("the local trainer ignores gradient_checkpointing and zero_stage")
-        return _finish("host", parts, notes, budget or memory_budget("host"))
+        return _local_estimate(cfg, shape, n_roles, notes, budget)
 
     device = cfg.resolved_device()
     dtype = cfg.resolved_dtype()
@@ -307,6 +287,33 @@ def estimate_memory(
         parts["Ray driver + object store"] = DRIVER_GIB * GiB
     notes.append(f"{dtype}, ZeRO stage {cfg.zero_stage}, world size {W}, device {device}")
     return _finish("gpu" if device == "cuda" else "host", parts, notes, budget)
+
+
+def _local_estimate(
+    cfg: TrainConfig, shape: ModelShape, n_roles: int, notes: list[str], budget: tuple[float | None, str] | None
+) -> MemoryEstimate:
+    """The local trainer (one process, float32): policies, references, gradients, AdamW, the generation KV cache,
+    one role's activations, the process."""
+    P = shape.params
+    b = 4  # the local trainer loads float32
+    shared = cfg.share_model
+    parts = {
+        f"policies ({'1 shared' if shared else n_roles} x fp32)": (1 if shared else n_roles) * P * b,
+        f"references ({n_roles} x fp32)": n_roles * P * b,
+        "gradients (fp32)": (1 if shared else n_roles) * P * 4,
+        f"AdamW states ({n_roles} optimisers)": n_roles * 8 * P,
+        "generation KV cache": cfg.concurrency
+        * (cfg.max_prompt_tokens + cfg.max_new_tokens)
+        * shape.num_layers
+        * 2
+        * shape.num_kv_heads
+        * shape.head_dim
+        * b,
+        f"activations: micro-batch {cfg.micro_batch}, one role": activation_bytes(shape, cfg, b, checkpointing=False),
+        "process runtime": LOCAL_RUNTIME_GIB * GiB,
+    }
+    notes.append("the local trainer ignores gradient_checkpointing and zero_stage")
+    return _finish("host", parts, notes, budget or memory_budget("host"))
 
 
 def _finish(target: str, parts: dict[str, float], notes: list[str], budget) -> MemoryEstimate:
