@@ -231,6 +231,22 @@ class Templates:
         return [{"role": "system", "content": system}, {"role": "user", "content": text}]
 
 
+def workspace_files(record: EpisodeRecord, actions: list[ActionRecord]) -> tuple[FileInfo, ...]:
+    """The workspace's files after ``actions`` (the episode's first ones): those it started with (author None) and
+    those the actions' code wrote (author: the agent that last wrote it), with their sizes; deleted ones left out."""
+    written: dict[str, str | None] = {p: None for p in record.metadata.get("workspace_files", {})}
+    sizes: dict[str, int] = dict(record.metadata.get("workspace_files", {}))
+    for act in actions:
+        for call in act.tool_calls:
+            for change in call.result.files_changed:
+                sizes[change.path] = change.size
+                if change.change == "deleted":
+                    written.pop(change.path, None)
+                else:
+                    written[change.path] = act.agent
+    return tuple(FileInfo(p, sizes.get(p, 0), a) for p, a in sorted(written.items()))
+
+
 def inputs_for_episode(
     record: EpisodeRecord,
     action: ActionRecord,
@@ -245,20 +261,7 @@ def inputs_for_episode(
 ) -> CoachInput:
     """Build the coach input of ``action`` from the episode so far (what the coach may know at that point)."""
     earlier = record.actions[: action.index]
-    written: dict[str, str | None] = {p: None for p in record.metadata.get("workspace_files", {})}
-    sizes: dict[str, int] = dict(record.metadata.get("workspace_files", {}))
-    for act in [*earlier, action]:
-        for call in act.tool_calls:
-            for change in call.result.files_changed:
-                if change.change == "deleted":
-                    written.pop(change.path, None)
-                else:
-                    written[change.path] = act.agent
-    for act in [*earlier, action]:
-        for call in act.tool_calls:
-            for change in call.result.files_changed:
-                sizes[change.path] = change.size
-    files = tuple(FileInfo(p, sizes.get(p, 0), a) for p, a in sorted(written.items()))
+    files = workspace_files(record, [*earlier, action])
     failures = tuple(
         f"{a.agent}: {c.result.status}"
         for a in earlier
