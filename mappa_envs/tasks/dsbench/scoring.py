@@ -128,6 +128,28 @@ def max_submission_bytes(task: DSTask) -> int:
     return 1_000_000 + 100 * n * (1 + len(task.target_columns))
 
 
+def _predictions(task: DSTask, targets: pd.DataFrame) -> tuple[np.ndarray, str]:
+    """The submission's predictions as the metric takes them (labels, or numbers checked for the metric's range),
+    and what is wrong with them ("" when nothing)."""
+    metric = METRICS[task.metric]
+    if metric.kind == "label":
+        pred = np.array([[canonical(v) for v in targets[c]] for c in targets.columns], dtype=object).T
+        empty = int(sum(str(v).lower() in _MISSING for v in pred.ravel()))
+        return pred, f"{empty} predictions are empty or NaN" if empty else ""
+    num = _numeric(targets)
+    bad = int(num.isna().to_numpy().sum())
+    if bad:
+        return np.array([]), f"{bad} predictions are not numbers (empty, NaN or text)"
+    pred = num.to_numpy(dtype=float)
+    if not np.isfinite(pred).all():
+        return pred, f"{int((~np.isfinite(pred)).sum())} predictions are infinite"
+    if metric.kind == "probability" and ((pred < 0) | (pred > 1)).any():
+        return pred, f"{int(((pred < 0) | (pred > 1)).sum())} probabilities are outside [0, 1]"
+    if task.metric == "rmsle" and (pred <= -1).any():
+        return pred, "RMSLE needs predictions greater than -1 (log(1 + p))"
+    return pred, ""
+
+
 def score_bytes(task: DSTask, data: bytes) -> Score:
     """Validate and score the contents of a ``submission.csv``."""
     metric = METRICS[task.metric]
@@ -172,24 +194,9 @@ def score_bytes(task: DSTask, data: bytes) -> Score:
         return invalid(f"{len(unknown)} ids of {task.id_column!r} are not test ids, e.g. {unknown[:5]}", len(sub))
     order = np.array([ans.index[i] for i in ids])
     sub = sub.iloc[np.argsort(order)].reset_index(drop=True)  # rows in the answers' order
-    targets = sub[list(task.target_columns)]
-    if metric.kind == "label":
-        pred = np.array([[canonical(v) for v in targets[c]] for c in targets.columns], dtype=object).T
-        empty = int(sum(str(v).lower() in _MISSING for v in pred.ravel()))
-        if empty:
-            return invalid(f"{empty} predictions are empty or NaN", len(sub))
-    else:
-        num = _numeric(targets)
-        bad = int(num.isna().to_numpy().sum())
-        if bad:
-            return invalid(f"{bad} predictions are not numbers (empty, NaN or text)", len(sub))
-        pred = num.to_numpy(dtype=float)
-        if not np.isfinite(pred).all():
-            return invalid(f"{int((~np.isfinite(pred)).sum())} predictions are infinite", len(sub))
-        if metric.kind == "probability" and ((pred < 0) | (pred > 1)).any():
-            return invalid(f"{int(((pred < 0) | (pred > 1)).sum())} probabilities are outside [0, 1]", len(sub))
-        if task.metric == "rmsle" and (pred <= -1).any():
-            return invalid("RMSLE needs predictions greater than -1 (log(1 + p))", len(sub))
+    pred, problem = _predictions(task, sub[list(task.target_columns)])
+    if problem:
+        return invalid(problem, len(sub))
     try:
         value = float(metric.fn(ans.truth, pred))
     except Exception as e:
