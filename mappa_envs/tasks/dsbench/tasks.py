@@ -155,6 +155,53 @@ def _header(path: Path) -> list[str]:
     return [c.strip() for c in next(csv.reader([line]))] if line else []
 
 
+def _task_of(root: Path, row: dict[str, Any], suite: str, prompt_style: str) -> tuple[DSTask | None, tuple[str, str]]:
+    """One description's task, or None and (its id, why it is skipped)."""
+    meta = row.get("metadata", {})
+    tid = meta.get("task_id") or row.get("task_id")
+    if not tid:
+        raise ValueError(f"a task description has no task_id: {str(row)[:200]}")
+    cleaned = row.get("cleaned", {})
+    folder = root / "data_resplit" / tid
+    train, test = folder / "train.csv", folder / "test.csv"
+    answer = _answer_file(root / "answers" / tid)
+    if not train.is_file() or not test.is_file():
+        return None, (tid, f"missing {folder}/train.csv or test.csv")
+    if answer is None:
+        return None, (tid, f"missing {root / 'answers' / tid}/test_answer.csv")
+    metric = _canonical_metric(meta.get("metric") or cleaned.get("metric")) or metric_from_text(row["prompt"])
+    if metric not in METRICS:
+        return None, (tid, f"metric {metric!r} is not scored here (scored: {sorted(METRICS)})")
+    cols = _header(answer)
+    if len(cols) < 2:
+        return None, (tid, f"{answer} has fewer than two columns (an id and a target)")
+    id_col, targets = cols[0], tuple(cols[1:])
+    if id_col not in _header(test):
+        return None, (tid, f"id column {id_col!r} of {answer.name} is not a column of test.csv")
+    missing = [t for t in targets if t not in _header(train)]
+    if missing and METRICS[metric].kind != "probability":
+        return None, (tid, f"target columns {missing} are not columns of train.csv")
+    prompt = cleaned.get("cleaned_prompt") if prompt_style == "cleaned" else None
+    sample = folder / "sample_submission.csv"
+    task = DSTask(
+        id=tid,
+        prompt=(prompt or row["prompt"]).strip(),
+        metric=metric,
+        id_column=id_col,
+        target_columns=targets,
+        train_file=train,
+        test_file=test,
+        answer_file=answer,
+        sample_file=sample if sample.is_file() else None,
+        split=row.get("split", meta.get("split", "train")),
+        suite=suite,
+        source=meta.get("source", ""),
+        licence=meta.get("licence", ""),
+        url=meta.get("url", ""),
+    )
+    return task, (tid, "")
+
+
 def load_layout(
     data_dir: str | Path,
     descriptions: list[dict[str, Any]],
@@ -173,56 +220,11 @@ def load_layout(
     root = find_layout_root(data_dir)
     out = TaskSet([])
     for row in descriptions:
-        meta = row.get("metadata", {})
-        tid = meta.get("task_id") or row.get("task_id")
-        if not tid:
-            raise ValueError(f"a task description has no task_id: {str(row)[:200]}")
-        cleaned = row.get("cleaned", {})
-        folder = root / "data_resplit" / tid
-        train, test = folder / "train.csv", folder / "test.csv"
-        answer = _answer_file(root / "answers" / tid)
-        if not train.is_file() or not test.is_file():
-            out.skipped[tid] = f"missing {folder}/train.csv or test.csv"
-            continue
-        if answer is None:
-            out.skipped[tid] = f"missing {root / 'answers' / tid}/test_answer.csv"
-            continue
-        metric = _canonical_metric(meta.get("metric") or cleaned.get("metric")) or metric_from_text(row["prompt"])
-        if metric not in METRICS:
-            out.skipped[tid] = f"metric {metric!r} is not scored here (scored: {sorted(METRICS)})"
-            continue
-        cols = _header(answer)
-        if len(cols) < 2:
-            out.skipped[tid] = f"{answer} has fewer than two columns (an id and a target)"
-            continue
-        id_col, targets = cols[0], tuple(cols[1:])
-        if id_col not in _header(test):
-            out.skipped[tid] = f"id column {id_col!r} of {answer.name} is not a column of test.csv"
-            continue
-        missing = [t for t in targets if t not in _header(train)]
-        if missing and METRICS[metric].kind != "probability":
-            out.skipped[tid] = f"target columns {missing} are not columns of train.csv"
-            continue
-        prompt = cleaned.get("cleaned_prompt") if prompt_style == "cleaned" else None
-        sample = folder / "sample_submission.csv"
-        out.tasks.append(
-            DSTask(
-                id=tid,
-                prompt=(prompt or row["prompt"]).strip(),
-                metric=metric,
-                id_column=id_col,
-                target_columns=targets,
-                train_file=train,
-                test_file=test,
-                answer_file=answer,
-                sample_file=sample if sample.is_file() else None,
-                split=row.get("split", meta.get("split", "train")),
-                suite=suite,
-                source=meta.get("source", ""),
-                licence=meta.get("licence", ""),
-                url=meta.get("url", ""),
-            )
-        )
+        task, reason = _task_of(root, row, suite, prompt_style)
+        if task is None:
+            out.skipped[reason[0]] = reason[1]
+        else:
+            out.tasks.append(task)
     return out
 
 
