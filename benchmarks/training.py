@@ -184,7 +184,6 @@ def bench_update(prompts: int = 8, per_prompt: int = 2) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------- rollout, sync
 def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list[dict[str, Any]]:
     import ray
-    import torch
     from transformers import AutoTokenizer
 
     import mappa_envs
@@ -243,19 +242,7 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
     )
     rollout_s = time.perf_counter() - t
     rollout_tokens = sum(p.generated_tokens for p in policies.values())
-    kwargs = {"max_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
-    # the raw batches: every engine's at once (as the rollout submits them), and one engine after the other (on a
-    # CPU the engines share the cores); the reference is the faster of the two
-    raw = {}
-    for how in ("together", "one after the other"):
-        ray.get([e.reset_prefix_cache.remote() for e in engines.values()])
-        t = time.perf_counter()
-        if how == "together":
-            got = ray.get([engines[r].generate.remote(sent[r], **kwargs) for r in roles if sent[r]])
-        else:
-            got = [ray.get(engines[r].generate.remote(sent[r], **kwargs)) for r in roles if sent[r]]
-        raw[how] = (sum(len(x[1]) for replies in got for x in replies), time.perf_counter() - t)
-    best = max(raw, key=lambda k: raw[k][0] / raw[k][1])
+    raw, best = _raw_batches(engines, sent, cfg)
     raw_tokens, raw_s = raw[best]
     actions = sum(len(r.actions) for r in records)
     rows = [
@@ -276,16 +263,46 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
             },
         }
     ]
-    # weight sync of one role: a trainer rank (the demo's, ZeRO stage 0) -> its engine
     worker = ray.remote(RoleWorker).options(num_cpus=0).remote(roles[0], 0, 1, _free_port(), path, cfg)
+    rows.append(_sync_row(worker, engines[roles[0]], path))
+    ray.kill(worker)
+    for e in engines.values():
+        ray.kill(e)
+    ray.shutdown()
+    return rows
+
+
+def _raw_batches(engines: dict[str, Any], sent: dict[str, list[list[int]]], cfg: Any):
+    """The rollout's prompts as raw batches: every engine's at once (as the rollout submits them), and one engine
+    after the other (on a CPU the engines share the cores): {how: (tokens, seconds)} and the faster of the two."""
+    import ray
+
+    kwargs = {"max_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
+    raw = {}
+    for how in ("together", "one after the other"):
+        ray.get([e.reset_prefix_cache.remote() for e in engines.values()])
+        t = time.perf_counter()
+        if how == "together":
+            got = ray.get([engines[r].generate.remote(sent[r], **kwargs) for r in engines if sent[r]])
+        else:
+            got = [ray.get(engines[r].generate.remote(sent[r], **kwargs)) for r in engines if sent[r]]
+        raw[how] = (sum(len(x[1]) for replies in got for x in replies), time.perf_counter() - t)
+    return raw, max(raw, key=lambda k: raw[k][0] / raw[k][1])
+
+
+def _sync_row(worker: Any, engine: Any, path: str) -> dict[str, Any]:
+    """The weight sync of one role, a trainer rank (the demo's, ZeRO stage 0) -> its engine, 3 times, against
+    copying the same state dict in memory."""
+    import ray
+    import torch
+    from transformers import AutoModelForCausalLM
+
     ray.get(worker.ready.remote())
     secs, loads = [], []
     for _ in range(3):
         t = time.perf_counter()
-        loads.append(ray.get(engines[roles[0]].load_weights.remote(worker.engine_weights.remote())))
+        loads.append(ray.get(engine.load_weights.remote(worker.engine_weights.remote())))
         secs.append(time.perf_counter() - t)
-    from transformers import AutoModelForCausalLM
-
     state = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).state_dict()
     copies = []
     for _ in range(3):
@@ -293,20 +310,13 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
         copy = {k: v.clone() for k, v in state.items()}
         copies.append(time.perf_counter() - t)
         del copy
-    rows.append(
-        {
-            "figure": "weight sync, one role, trainer rank -> vLLM engine (s, median of 3)",
-            "value": statistics.median(secs),
-            "reference": "copying the same state dict in memory (s)",
-            "reference_value": statistics.median(copies),
-            "detail": {"sync_s": secs, "engine_load_s": loads, "copy_s": copies},
-        }
-    )
-    ray.kill(worker)
-    for e in engines.values():
-        ray.kill(e)
-    ray.shutdown()
-    return rows
+    return {
+        "figure": "weight sync, one role, trainer rank -> vLLM engine (s, median of 3)",
+        "value": statistics.median(secs),
+        "reference": "copying the same state dict in memory (s)",
+        "reference_value": statistics.median(copies),
+        "detail": {"sync_s": secs, "engine_load_s": loads, "copy_s": copies},
+    }
 
 
 # ---------------------------------------------------------------------------------------------- demo iteration
