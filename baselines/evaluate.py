@@ -81,8 +81,8 @@ def behaviour(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, float]]:
         words = [len(a.output.split()) for r in records for a in r.actions if a.role == role]
         out[role] = {
             "actions": s.actions,
-            "tool_call_rate": s.tool_calls / s.actions if s.actions else 0.0,
-            "tool_success_rate": s.tool_ok / s.tool_calls if s.tool_calls else 0.0,
+            "tool_call_rate": s.tool_call_rate,
+            "tool_success_rate": s.tool_success_rate,
             "mean_chars": s.mean_chars,
             "mean_words": sum(words) / len(words) if words else 0.0,
         }

@@ -34,7 +34,7 @@ import numpy as np
 
 import mappa_envs
 from mappa_envs.core import EpisodeRecord
-from mappa_envs.metrics import outcome_key
+from mappa_envs.metrics import RoleStats, outcome_key, role_stats
 
 from .advantages import singleton_groups, uses_process_reward
 from .checks import check_config, raise_for_failed
@@ -48,17 +48,17 @@ from .store import TrajectoryStore, check_resumable
 
 
 def role_metrics(records: list[EpisodeRecord], role: str, samples: list[Sample]) -> dict[str, float]:
-    """Behaviour of one role over an iteration's episodes (the paper's statistics)."""
-    tool = [c for r in records for a in r.actions if a.role == role for c in a.tool_calls]
-    acts = [a for r in records for a in r.actions if a.role == role]
+    """Behaviour of one role over an iteration's episodes (the paper's statistics; :func:`mappa_envs.metrics.
+    role_stats`, as evaluations count them)."""
+    stats = role_stats(records).get(role, RoleStats(role))
     scores = [float(s.coach["score"]) for s in samples if s.coach] or [s.reward * 10 for s in samples]
     return {
         "mean_coach_score": float(np.mean(scores)) if scores else 0.0,
         # 0 with several samples: every advantage of the role is 0 (REINFORCE++'s normalisation), it does not learn
         "coach_score_std": float(np.std(scores)) if scores else 0.0,
         "mean_reward": float(np.mean([s.reward for s in samples])) if samples else 0.0,
-        "tool_call_rate": sum(bool(a.tool_calls) for a in acts) / len(acts) if acts else 0.0,
-        "tool_success_rate": (sum(c.result.ok for c in tool) / len(tool)) if tool else 0.0,
+        "tool_call_rate": stats.tool_call_rate,
+        "tool_success_rate": stats.tool_success_rate,
         "response_chars": float(np.mean([len(s.response) for s in samples])) if samples else 0.0,
     }
 

@@ -28,6 +28,8 @@ class RoleStats:
     actions: int = 0
     code_actions: int = 0
     """Actions containing at least one closed ```python block."""
+    tool_actions: int = 0
+    """Actions that called a tool at least once."""
     tool_calls: int = 0
     tool_ok: int = 0
     chars: int = 0
@@ -36,6 +38,11 @@ class RoleStats:
     @property
     def code_rate(self) -> float:
         return self.code_actions / self.actions if self.actions else 0.0
+
+    @property
+    def tool_call_rate(self) -> float:
+        """The share of actions that called a tool (one definition for training, evaluation and reports)."""
+        return self.tool_actions / self.actions if self.actions else 0.0
 
     @property
     def tool_success_rate(self) -> float:
@@ -53,6 +60,7 @@ def role_stats(records: Sequence[EpisodeRecord]) -> dict[str, RoleStats]:
             s = stats.setdefault(act.role, RoleStats(act.role))
             s.actions += 1
             s.code_actions += bool(extract_code_blocks(act.output)[0])
+            s.tool_actions += bool(act.tool_calls)
             s.tool_calls += len(act.tool_calls)
             s.tool_ok += sum(c.result.ok for c in act.tool_calls)
             s.chars += len(act.output)
