@@ -21,7 +21,7 @@ from mappa_envs.tasks.dsbench.scoring import answers
 from mappa_envs.tasks.dsbench.tasks import _canonical_metric, dsbench_descriptions
 from sandboxes import Limits
 
-from .test_sandbox_hostile import BWRAP_SKIP, DOCKER_SKIP
+from .support import BWRAP_SKIP, DOCKER_SKIP
 
 
 @pytest.fixture(scope="module")

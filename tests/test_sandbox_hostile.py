@@ -16,6 +16,8 @@ import pytest
 
 from sandboxes import ExecStatus, Limits, make_sandbox
 
+from .support import BWRAP_SKIP, DOCKER_SKIP
+
 
 @pytest.fixture(scope="module", autouse=True)
 def nothing_left_behind():
@@ -62,33 +64,6 @@ TIMEOUT = 2.0
 LIMITS = Limits(timeout_s=TIMEOUT, memory_mb=256, pids=64, output_bytes=4096, file_size_mb=16, workspace_mb=48)
 
 
-def _docker_reason() -> str | None:
-    try:
-        from sandboxes.docker_backend import engine_available
-        from sandboxes.image import DEFAULT_IMAGE, image_exists
-    except Exception as e:  # the docker SDK is missing
-        return f"docker SDK unavailable: {e}"
-    if not engine_available():
-        return "no Docker engine could be reached (make test starts one where root and apt are available)"
-    if not image_exists(DEFAULT_IMAGE):
-        return f"sandbox image {DEFAULT_IMAGE} missing: python -m sandboxes build"
-    return None
-
-
-def _bwrap_reason() -> str | None:
-    import shutil
-
-    from sandboxes.image import rootfs_dir
-
-    if shutil.which("bwrap") is None:
-        return "bwrap not installed (apt-get install bubblewrap)"
-    if not (rootfs_dir() / "usr/bin/python3").exists():
-        return f"no sandbox rootfs at {rootfs_dir()}: python -m sandboxes build --rootfs-only"
-    return None
-
-
-DOCKER_SKIP = _docker_reason()
-BWRAP_SKIP = _bwrap_reason()
 BACKENDS = [
     pytest.param(
         (backend, mode),

@@ -8,7 +8,7 @@ import pytest
 
 from sandboxes import ExecStatus, Limits, make_sandbox
 from sandboxes.fusion_server import serve_in_thread
-from tests.test_sandbox_hostile import BWRAP_SKIP
+from tests.support import BWRAP_SKIP
 
 
 @pytest.fixture(scope="module")
