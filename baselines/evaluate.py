@@ -111,14 +111,14 @@ def summarize(suite: str, records: Sequence[EpisodeRecord], k: int) -> dict[str,
         "behaviour": behaviour(records),
         # per episode, in order: what a paired comparison of two teams on the same episodes tests
         "task_ids": [r.task_id for r in records],
-        "outcomes": [bool(r.outcome.get("correct" if math else "success")) for r in records],
+        "outcomes": [r.success for r in records],
     }
     if math:
-        c = sum(bool(r.outcome.get("correct")) for r in records)
+        c = sum(r.success for r in records)
         lo, hi = wilson_interval(c, n)
         by_task: dict[str, list[bool]] = {}
         for r in records:
-            by_task.setdefault(r.task_id, []).append(bool(r.outcome.get("correct")))
+            by_task.setdefault(r.task_id, []).append(r.success)
         out.update(
             kind="math",
             accuracy=c / n if n else 0.0,
@@ -128,7 +128,7 @@ def summarize(suite: str, records: Sequence[EpisodeRecord], k: int) -> dict[str,
             solved_at_least_once=sum(any(v) for v in by_task.values()),
         )
     else:
-        ok = sum(bool(r.outcome.get("success")) for r in records)
+        ok = sum(r.success for r in records)
         lo, hi = wilson_interval(ok, n)
         q, qlo, qhi = _mean_ci([float(r.outcome.get("quality", 0.0)) for r in records])
         tasks: dict[str, dict[str, Any]] = {}

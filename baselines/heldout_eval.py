@@ -30,7 +30,7 @@ def evaluate_heldout(
     it. Each held-out task is one problem: ``episodes`` is capped at their number. Raises
     :class:`mappa_envs.heldout.NoHeldOutTasks` when the task declares none."""
     from mappa_envs.heldout import heldout_env_kwargs
-    from mappa_envs.metrics import accuracy, outcome_key, role_behaviour, role_stats
+    from mappa_envs.metrics import accuracy, role_behaviour, role_stats
 
     k = samples or cfg.eval_samples
     kwargs = heldout_env_kwargs(cfg.env_id, cfg.env_kwargs, split)
@@ -62,7 +62,7 @@ def evaluate_heldout(
         "behaviour": role_behaviour(records),
         "task_ids": [r.task_id for r in records],
         # per episode, in order (problem i // k, sample i % k): what a paired test before/after compares
-        "outcomes": [bool(r.outcome.get(outcome_key(records))) for r in records],
+        "outcomes": [r.success for r in records],
         "seconds": round(time.perf_counter() - t0, 1),
     }
 

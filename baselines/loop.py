@@ -34,7 +34,7 @@ import numpy as np
 
 import mappa_envs
 from mappa_envs.core import EpisodeRecord
-from mappa_envs.metrics import RoleStats, outcome_key, role_stats
+from mappa_envs.metrics import RoleStats, role_stats
 
 from .advantages import singleton_groups, uses_process_reward
 from .checks import check_config, raise_for_failed
@@ -65,8 +65,7 @@ def role_metrics(records: list[EpisodeRecord], role: str, samples: list[Sample])
 
 def episode_outcomes(records: list[EpisodeRecord]) -> dict[str, float]:
     """The iteration's share of successful episodes (``accuracy``) and, for a scored task, its mean quality."""
-    key = outcome_key(records)
-    out = {"accuracy": float(np.mean([bool(r.outcome.get(key)) for r in records])) if records else 0.0}
+    out = {"accuracy": float(np.mean([r.success for r in records])) if records else 0.0}
     if any("quality" in r.outcome for r in records):
         out["mean_quality"] = float(np.mean([float(r.outcome.get("quality", 0.0)) for r in records]))
     return out

@@ -70,18 +70,11 @@ class Sample:
         return f"{self.task_id}|{self.agent}"
 
 
-def episode_outcome(rec: EpisodeRecord) -> float:
-    for key in ("quality", "correct", "success"):
-        if key in rec.outcome:
-            return float(rec.outcome[key])
-    return 0.0
-
-
 def samples_from_episodes(records: Iterable[EpisodeRecord]) -> dict[str, list[Sample]]:
     """All actions of all episodes as samples, grouped by role (in episode and action order)."""
     by_role: dict[str, list[Sample]] = defaultdict(list)
     for rec in records:
-        outcome = episode_outcome(rec)
+        outcome = rec.score  # the env's reward for the episode: outcome-only training's return
         for act in rec.actions:
             gen = act.info.get("generation") or {}
             by_role[act.role].append(

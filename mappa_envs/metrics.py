@@ -68,16 +68,10 @@ def role_stats(records: Sequence[EpisodeRecord]) -> dict[str, RoleStats]:
     return stats
 
 
-def outcome_key(records: Sequence[EpisodeRecord]) -> str:
-    """The outcome that says an episode succeeded: ``correct`` (MathChat) or ``success`` (DSBench)."""
-    return "correct" if any("correct" in r.outcome for r in records) or not records else "success"
-
-
-def accuracy(records: Sequence[EpisodeRecord], key: str | None = None) -> tuple[int, int]:
-    """(successes, episodes with the outcome ``key``; default :func:`outcome_key`)."""
-    key = key or outcome_key(records)
-    graded = [r for r in records if key in r.outcome]
-    return sum(bool(r.outcome[key]) for r in graded), len(graded)
+def accuracy(records: Sequence[EpisodeRecord]) -> tuple[int, int]:
+    """(successful episodes, graded episodes): :attr:`EpisodeRecord.success` of every episode with an outcome."""
+    graded = [r for r in records if r.outcome]
+    return sum(r.success for r in graded), len(graded)
 
 
 def summary_table(records: Sequence[EpisodeRecord]) -> str:
@@ -88,7 +82,7 @@ def summary_table(records: Sequence[EpisodeRecord]) -> str:
         lines.append(f"{s.role:<16}{s.actions:>8}{s.code_rate:>8.0%}{tool:>9}{s.mean_chars:>8.0f}{s.issues:>8}")
     k, n = accuracy(records)
     lo, hi = wilson_interval(k, n)
-    name = "accuracy" if outcome_key(records) == "correct" else "success rate"
+    name = "accuracy" if any("correct" in r.outcome for r in records) else "success rate"  # MathChat's word
     lines.append(f"{name}: {k}/{n} = {k / n if n else 0:.1%} (95% CI {lo:.1%}-{hi:.1%})")
     quality = [float(r.outcome["quality"]) for r in records if "quality" in r.outcome]
     if quality:
@@ -99,8 +93,8 @@ def summary_table(records: Sequence[EpisodeRecord]) -> str:
 def per_task(records: Sequence[EpisodeRecord]) -> dict[str, list[bool]]:
     out: dict[str, list[bool]] = defaultdict(list)
     for r in records:
-        if "correct" in r.outcome:
-            out[r.task_id].append(bool(r.outcome["correct"]))
+        if r.outcome:
+            out[r.task_id].append(r.success)
     return dict(out)
 
 

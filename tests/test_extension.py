@@ -101,7 +101,7 @@ def test_third_party_package_registers_a_task_by_entry_point(tmp_path):
 
                 def grade(self, task, record):
                     ok = record.actions[-1].output.strip() == task.prompt
-                    return float(ok), {"correct": ok}
+                    return float(ok), {"correct": ok, "success": ok}
 
 
             def register():
@@ -126,4 +126,36 @@ def test_third_party_package_registers_a_task_by_entry_point(tmp_path):
         [sys.executable, "-c", code], env={"PYTHONPATH": str(site), "PATH": ""}, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "['echoer_0'] {'correct': True}" in out.stdout
+    assert "['echoer_0'] {'correct': True, 'success': True, 'score': 1.0}" in out.stdout
+
+
+def test_every_outcome_says_success_and_score():
+    """The outcome contract: every env's outcome holds ``success`` (bool) and ``score`` (its reward, in [0, 1]),
+    which training, evaluation and reports read (EpisodeRecord.success / .score); a grade() without ``success``
+    is an error that names it."""
+    import mappa_envs
+    from mappa_envs.core import PipelineEnv, Role, Task
+
+    for env_id, kwargs, reply in (
+        ("mappa/MathChat-v0", {"split": "arith1-eval", "sandbox": "subprocess"}, "\\boxed{3}"),
+        ("mappa/SQLQuery-v0", {"sandbox": "subprocess"}, "\\boxed{3}"),
+    ):
+        env = mappa_envs.make(env_id, **kwargs)
+        env.reset(seed=0)
+        for _ in env.agent_iter():
+            _, _, term, trunc, _ = env.last()
+            env.step(None if term or trunc else reply)
+        rec = env.unwrapped.record
+        assert isinstance(rec.outcome["success"], bool) and 0.0 <= rec.outcome["score"] <= 1.0, (env_id, rec.outcome)
+        assert rec.success == rec.outcome["success"] and rec.score == rec.outcome["score"]
+        env.close()
+
+    class NoSuccess(PipelineEnv):
+        def grade(self, task, record):
+            return 1.0, {"correct": True}
+
+    env = NoSuccess([Role("solo", "s", "i")], [Task("t0", "p")], sandbox="subprocess")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="without 'success'"):
+        env.step("hello")
+    env.close()

@@ -67,10 +67,9 @@ def _welch_p(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def _outcome_label(rec: EpisodeRecord) -> str:
-    for key in ("correct", "success"):
-        if key in rec.outcome:
-            return "success" if rec.outcome[key] else "failure"
-    return "unknown"
+    if not rec.outcome:
+        return "unknown"
+    return "success" if rec.success else "failure"
 
 
 def scored_actions(records: Iterable[EpisodeRecord]) -> list[tuple[dict[str, str], float, ActionRecord]]:

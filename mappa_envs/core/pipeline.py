@@ -158,7 +158,8 @@ class PipelineEnv(AECEnv, abc.ABC):
     # ----------------------------------------------------------------- subclass hooks
     @abc.abstractmethod
     def grade(self, task: Task, record: EpisodeRecord) -> tuple[float, dict[str, Any]]:
-        """Score a finished episode: ``(reward given to every agent, outcome dict for infos/trajectory)``."""
+        """Score a finished episode: ``(reward given to every agent, outcome dict for infos/trajectory)``. The
+        outcome must hold ``success`` (bool); ``score`` (the reward, in [0, 1]) is added to it."""
 
     def task_prompt(self, task: Task) -> str:
         """The task as agents read it."""
@@ -292,7 +293,13 @@ class PipelineEnv(AECEnv, abc.ABC):
     def _finish(self) -> None:
         assert self.record is not None and self.task is not None
         reward, outcome = self.grade(self.task, self.record)
-        self.record.outcome = dict(outcome)
+        if "success" not in outcome:
+            raise ValueError(
+                f"{type(self).__name__}.grade() returned an outcome without 'success' ({sorted(outcome)}): every "
+                "env's outcome says whether the episode succeeded (see EpisodeRecord.outcome)"
+            )
+        self.record.outcome = {**outcome, "success": bool(outcome["success"]), "score": float(reward)}
+        outcome = self.record.outcome
         last_action: dict[str, ActionRecord] = {a.agent: a for a in self.record.actions}
         for a in self.agents:
             self.rewards[a] = float(reward)

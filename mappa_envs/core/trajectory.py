@@ -97,11 +97,30 @@ class EpisodeRecord:
     actions: list[ActionRecord] = field(default_factory=list)
     ground_truth: Any = None
     outcome: dict[str, Any] = field(default_factory=dict)
-    """Terminal information: for MathChat ``predicted``, ``answer``, ``correct``; for DSBench the metric."""
+    """Terminal information. Every env's holds ``success`` (bool: the episode did what the task asks) and
+    ``score`` (float in [0, 1]: the env's reward for it), plus the task's own figures (MathChat: ``predicted``,
+    ``answer``, ``correct``; DSBench: the metric, ``quality``...). Read them with :attr:`success` and
+    :attr:`score`."""
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def actions_of(self, agent: str) -> list[ActionRecord]:
         return [a for a in self.actions if a.agent == agent]
+
+    @property
+    def success(self) -> bool:
+        """Whether the episode succeeded (``outcome["success"]``; a record stored before the outcome contract, with
+        MathChat's ``correct`` only, is read by it)."""
+        o = self.outcome
+        return bool(o["success"] if "success" in o else o.get("correct", False))
+
+    @property
+    def score(self) -> float:
+        """The episode's score in [0, 1] (``outcome["score"]``; an older record: its ``quality``, ``correct`` or
+        ``success``, in that order, else 0)."""
+        for key in ("score", "quality", "correct", "success"):
+            if key in self.outcome:
+                return float(self.outcome[key])
+        return 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -124,4 +124,5 @@ class MathChatEnv(PipelineEnv):
         outputs = [a.output for a in record.actions if a.agent == verifier]
         predicted = extract_answer(outputs[-1]) if outputs else None
         correct = predicted is not None and math_equal(predicted, task.answer)
-        return float(correct), {"predicted": predicted, "answer": task.answer, "correct": correct}
+        outcome = {"predicted": predicted, "answer": task.answer, "correct": correct, "success": correct}
+        return float(correct), outcome
