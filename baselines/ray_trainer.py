@@ -23,6 +23,7 @@ equal fractions; with several GPUs Ray spreads them.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -377,13 +378,18 @@ class RayTrainer(TrainerBase):
 
     def save_state(self, path: Path) -> None:
         self._ray.get([w.save.remote(str(path)) for ws in self.workers.values() for w in ws])
+        # which policies left their reference: resumed, a role that never stepped would else get the engine-vs-
+        # trainer numeric gap as its "KL", whitened into advantages of order 1 (a step on noise)
+        (Path(path) / "stepped_roles.json").write_text(json.dumps(sorted(self._stepped)))
 
     def export_models(self, path: Path) -> None:
         self._ray.get([w.export.remote(str(path / role)) for role, ws in self.workers.items() for w in ws])
 
     def load_state(self, path: Path) -> None:
         self._ray.get([w.load.remote(str(path)) for ws in self.workers.values() for w in ws])
-        self._stepped.update(self.roles)  # a checkpoint may hold steps: the reference pass is needed again
+        saved = Path(path) / "stepped_roles.json"
+        # a checkpoint from before this file may hold steps of any role: the reference pass is needed for all
+        self._stepped.update(json.loads(saved.read_text()) if saved.exists() else self.roles)
         self._stale.update(self.roles)
 
     def close(self) -> None:
