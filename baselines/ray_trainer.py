@@ -378,8 +378,7 @@ class RayTrainer(TrainerBase):
 
     def save_state(self, path: Path) -> None:
         self._ray.get([w.save.remote(str(path)) for ws in self.workers.values() for w in ws])
-        # which policies left their reference: resumed, a role that never stepped would else get the engine-vs-
-        # trainer numeric gap as its "KL", whitened into advantages of order 1 (a step on noise)
+        # which policies left their reference (resumed, a never-stepped role's "KL" would be numeric noise)
         (Path(path) / "stepped_roles.json").write_text(json.dumps(sorted(self._stepped)))
 
     def export_models(self, path: Path) -> None:
