@@ -175,3 +175,30 @@ def test_the_benchmarks_mathchat_length_samples_are_what_their_rows_say():
     assert all(len(s.response_ids) == 128 for s in samples)
     assert len({tuple(s.response_ids) for s in samples}) == 8
     assert [s.task_id for s in samples] == ["t0", "t0", "t1", "t1", "t2", "t2", "t3", "t3"]
+
+
+def test_a_resumed_run_knows_which_roles_stepped(tmp_path):
+    """The checkpoint records which roles' policies left their reference: a resumed role that never stepped keeps
+    its exact-zero KL (policy = reference) instead of a reference pass whose gap to the engine's log-probs is
+    numeric noise (whitened, advantages of order 1 on equal rewards). A checkpoint without the record (older)
+    takes every role for stepped."""
+    from types import SimpleNamespace
+
+    from baselines.ray_trainer import RayTrainer
+
+    def trainer(stepped: set[str]) -> RayTrainer:
+        t = RayTrainer.__new__(RayTrainer)  # no Ray, no engines: only the bookkeeping
+        worker = SimpleNamespace(save=SimpleNamespace(remote=lambda path: None), load=SimpleNamespace(remote=str))
+        t._ray = SimpleNamespace(get=lambda refs: refs)
+        t.roles, t.workers = ["coder", "verifier"], {"coder": [worker], "verifier": [worker]}
+        t._stepped, t._stale = set(stepped), set()
+        return t
+
+    trainer({"verifier"}).save_state(tmp_path)
+    resumed = trainer(set())
+    resumed.load_state(tmp_path)
+    assert resumed._stepped == {"verifier"}
+    (tmp_path / "stepped_roles.json").unlink()
+    old = trainer(set())
+    old.load_state(tmp_path)
+    assert old._stepped == {"coder", "verifier"}
