@@ -91,12 +91,13 @@ PRESETS["demo-arith"] = replace(
 # before and after. A pilot of the bundled team on the *training* tasks (greedy, 320 new tokens) made no valid
 # submission in 14: the data engineer names the task's target but drops lines of the example, the modeler and
 # analyst copy the data engineer's code. Analyst prompts reach ~2000 tokens: gradient checkpointing keeps three
-# trainer ranks and three engines within 24 GB.
+# trainer ranks and three engines within 24 GB. An iteration takes ~20 minutes on 2 cores (update ~11-14 min): two
+# of them, ~27 minutes with the evaluations (docs/results.md: 0/16 -> 0/16 valid submissions).
 PRESETS["demo-dsbench"] = replace(
     PRESETS["demo"],
     env_id="mappa/DSBench-v0",
     env_kwargs={"suite": "lite", "split": "train", "role_prompts": "small", "turns": 1},
-    iterations=4,
+    iterations=2,
     prompts_per_iteration=7,
     samples_per_prompt=2,
     max_new_tokens=320,
