@@ -98,8 +98,8 @@ class CoachRewardWrapper(_RewardWrapper):
     # -------------------------------------------------------------------------------------------------
     def _task_meta(self) -> tuple[str, str]:
         env = self.env.unwrapped
-        task_type = self._task_type or str(env.task.metadata.get("task_type", getattr(env, "task_type", "task")))
-        template = self._template or getattr(env, "coach_template", "default")
+        task_type = self._task_type or str(env.task.metadata.get("task_type", env.task_type))
+        template = self._template or env.coach_template
         return task_type, template
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
@@ -139,7 +139,7 @@ class CoachRewardWrapper(_RewardWrapper):
             template=template,
             final_agent=env.roles[-1].agent,
             is_final=finished,
-            artifacts=getattr(env, "artifacts", None),
+            artifacts=dict(env.artifacts) or None,
             tools=env.role(agent).tools,
             guidance=env.role(agent).coach_guidance,
         )

@@ -102,7 +102,13 @@ def format_feedback(result: ExecResult, limit: int) -> str:
 
 
 class PipelineEnv(AECEnv, abc.ABC):
-    """Base class of the sequential multi-agent pipelines. Subclasses give roles, tasks and ``grade``."""
+    """Base class of the sequential multi-agent pipelines. Subclasses give roles, tasks and ``grade``.
+
+    What a task declares (class attributes, with these defaults): ``env_id``; ``task_type`` (what kind of task:
+    coaches and the bias report group by it, a task's ``metadata["task_type"]`` overrides it per task);
+    ``coach_template`` (the LLM coach's prompt template, :mod:`mappa_envs.coach.templates`); ``artifacts`` (per role,
+    the workspace files it must write: the hand-over contract the rule-based coach checks); and, for evaluation,
+    the classmethod ``heldout_kwargs`` (its held-out tasks). ``grade`` returns the outcome (``success``...)."""
 
     metadata: dict[str, Any] = {
         "render_modes": ["human", "ansi"],
@@ -110,6 +116,9 @@ class PipelineEnv(AECEnv, abc.ABC):
         "is_parallelizable": False,
     }
     env_id: str = "mappa/Pipeline-v0"
+    task_type: str = "task"
+    coach_template: str = "default"
+    artifacts: Mapping[str, tuple[str, ...]] = {}
 
     def __init__(
         self,
