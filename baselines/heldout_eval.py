@@ -4,7 +4,7 @@ same problems, each ``eval_samples`` times, with per-episode outcomes for the pa
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import mappa_envs
@@ -16,14 +16,15 @@ from .rollout import run_episodes
 
 def evaluate_heldout(
     cfg: TrainConfig,
-    policies: Mapping[str, Policy],
+    policies: Callable[[], Mapping[str, Policy]],
     split: str | None,
     episodes: int,
     *,
     seed: int = 123,
     samples: int | None = None,
 ) -> dict[str, Any]:
-    """Held-out episodes with ``policies`` (played at ``cfg.eval_temperature``), no coach: tasks 0..episodes-1 of
+    """Held-out episodes with the policies ``policies()`` makes (called once the held-out tasks are known: a task
+    without any raises before an engine is asked), played at ``cfg.eval_temperature``, no coach: tasks 0..episodes-1 of
     the held-out version of the training env, as its task declares it (:func:`mappa_envs.heldout.
     heldout_env_kwargs`), each ``samples`` times (default ``cfg.eval_samples``; episode seeds differ).
     ``split`` (``cfg.eval_split``) picks the held-out split of a task with named splits; a task without ignores
@@ -38,7 +39,7 @@ def evaluate_heldout(
     t0 = time.perf_counter()
     records = run_episodes(
         lambda: mappa_envs.make(cfg.env_id, **kwargs),
-        policies,
+        policies(),
         episodes * k,
         seed=seed,
         concurrency=cfg.concurrency,

@@ -183,7 +183,7 @@ class TrainerBase:
     ) -> dict[str, Any]:
         """Held-out episodes with the current policies at ``eval_temperature``, no coach
         (:func:`baselines.heldout_eval.evaluate_heldout`)."""
-        policies = self.eval_policies(self.cfg.eval_temperature)
+        policies = lambda: self.eval_policies(self.cfg.eval_temperature)  # noqa: E731 - made once the tasks are known
         return evaluate_heldout(self.cfg, policies, split, episodes, seed=seed, samples=samples)
 
     # ----------------------------------------------------------------- checkpoints

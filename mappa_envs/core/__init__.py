@@ -1,9 +1,18 @@
 """Environment core: the sequential role pipeline, text handling and trajectory records."""
 
-from .pipeline import PYTHON_TOOL, PipelineEnv, Role, Task, format_feedback, render_messages
+from .pipeline import PYTHON_TOOL, PipelineEnv, Role, Task
 from .policy import Generation, Policy, ScriptedPolicy, policy_for
 from .single_agent import SingleAgentView
-from .text import ParsedAction, extract_code_blocks, normalize_action, sanitize, text_space, truncate_middle
+from .text import (
+    ParsedAction,
+    extract_code_blocks,
+    format_feedback,
+    normalize_action,
+    render_messages,
+    sanitize,
+    text_space,
+    truncate_middle,
+)
 from .tools import PythonTool, Tool, fenced_blocks, get_tool, list_tools, register_tool
 from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall, read_jsonl, write_jsonl
 

@@ -30,9 +30,17 @@ from typing import Any
 from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 
-from sandboxes import ExecResult, ExecStatus, Sandbox, Session, make_sandbox
+from sandboxes import ExecStatus, Sandbox, Session, make_sandbox
 
-from .text import TextObservation, normalize_action, sanitize, text_space, truncate_middle
+from .text import (
+    TextObservation,
+    format_feedback,
+    normalize_action,
+    render_messages,
+    sanitize,
+    text_space,
+    truncate_middle,
+)
 from .tools import get_tool
 from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall
 
@@ -78,27 +86,6 @@ class Task:
     prompt: str
     answer: Any = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
-
-
-def format_feedback(result: ExecResult, limit: int) -> str:
-    """Tool feedback as agents see it: status, stdout, stderr, files written (no timings: they are not
-    deterministic, and observations must be, for seeding and coach caching)."""
-    head = f"Execution status: {result.status}"
-    if result.exit_code is not None:
-        head += f" (exit code {result.exit_code})"
-    if result.error:
-        head += f": {result.error}"
-    parts = [head]
-    if result.stdout:
-        parts.append("stdout:\n" + result.stdout.rstrip("\n"))
-    if result.stderr:
-        parts.append("stderr:\n" + result.stderr.rstrip("\n"))
-    if not result.stdout and not result.stderr:
-        parts.append("(no output)")
-    written = [f"{c.path} ({c.change}, {c.size} bytes)" for c in result.files_changed]
-    if written:
-        parts.append("Files changed: " + ", ".join(written))
-    return truncate_middle("\n".join(parts), limit)
 
 
 class PipelineEnv(AECEnv, abc.ABC):
@@ -407,9 +394,4 @@ class PipelineEnv(AECEnv, abc.ABC):
             pass
 
 
-def render_messages(messages: Sequence[Message]) -> str:
-    """Chat messages as one text (the observation)."""
-    return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
-
-
-__all__ = ["PYTHON_TOOL", "PipelineEnv", "Role", "Task", "format_feedback", "render_messages"]
+__all__ = ["PYTHON_TOOL", "PipelineEnv", "Role", "Task"]

@@ -9,11 +9,14 @@ from __future__ import annotations
 import base64
 import copy
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
 from gymnasium.spaces import Text
+
+from sandboxes import ExecResult
 
 # Fences: ```python / ```py / ```python3 (case-insensitive), closed by a line that starts with ```.
 _FENCE_OPEN = re.compile(r"^[ \t]*```[ \t]*(python3?|py)[ \t]*$", re.IGNORECASE | re.MULTILINE)
@@ -135,3 +138,29 @@ def text_space(max_length: int) -> Text:
     space = copy.copy(_text_template(max_length))
     space._np_random = None  # each copy gets its own generator
     return space
+
+
+def format_feedback(result: ExecResult, limit: int) -> str:
+    """Tool feedback as agents see it: status, stdout, stderr, files written (no timings: they are not
+    deterministic, and observations must be, for seeding and coach caching)."""
+    head = f"Execution status: {result.status}"
+    if result.exit_code is not None:
+        head += f" (exit code {result.exit_code})"
+    if result.error:
+        head += f": {result.error}"
+    parts = [head]
+    if result.stdout:
+        parts.append("stdout:\n" + result.stdout.rstrip("\n"))
+    if result.stderr:
+        parts.append("stderr:\n" + result.stderr.rstrip("\n"))
+    if not result.stdout and not result.stderr:
+        parts.append("(no output)")
+    written = [f"{c.path} ({c.change}, {c.size} bytes)" for c in result.files_changed]
+    if written:
+        parts.append("Files changed: " + ", ".join(written))
+    return truncate_middle("\n".join(parts), limit)
+
+
+def render_messages(messages: Sequence[Mapping[str, str]]) -> str:
+    """Chat messages as one text (the observation)."""
+    return "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
