@@ -297,6 +297,7 @@ def _write_fixture(root):
     df.to_csv(root / "data_resplit" / "titanic" / "test.csv", index=False)
 
 
+@pytest.mark.slow
 def test_original_layout_loader(tmp_path):
     root = tmp_path / "DSBench" / "data_modeling" / "data"
     _write_fixture(root)

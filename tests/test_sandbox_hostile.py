@@ -249,6 +249,7 @@ def test_symlink_cannot_reach_host(session, tmp_path):
     assert secret.read_text() == "top secret"
 
 
+@pytest.mark.slow  # a real container
 def test_mathchat_runs_on_docker_in_one_argument():
     if DOCKER_SKIP:
         pytest.skip(DOCKER_SKIP)
@@ -508,6 +509,7 @@ def test_cpu_limit_holds_for_the_sandbox(backend):
         sb.close()
 
 
+@pytest.mark.slow  # a real container
 def test_each_bubblewrap_session_has_its_own_cgroup_removed_at_close():
     if BWRAP_SKIP:
         pytest.skip(BWRAP_SKIP)
@@ -548,6 +550,7 @@ def test_cgroups_of_a_dead_owner_are_reaped():
     assert not left.exists()
 
 
+@pytest.mark.slow  # a real container
 def test_bubblewrap_without_libseccomp_says_so(monkeypatch):
     if BWRAP_SKIP:
         pytest.skip(BWRAP_SKIP)

@@ -123,6 +123,7 @@ def _packed_checks(queue) -> None:
 
 
 @needs_deepspeed
+@pytest.mark.slow
 def test_prefix_packs_train_as_padded_micro_batches_do():
     """A RoleWorker with ``pack_tokens`` returns the same log-probs and takes the same optimiser step as one with
     padded micro-batches, with fewer positions computed."""
@@ -143,6 +144,7 @@ def test_prefix_packs_train_as_padded_micro_batches_do():
 
 
 @needs_deepspeed
+@pytest.mark.slow
 def test_the_fast_paths_compute_what_the_slow_ones_did():
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()

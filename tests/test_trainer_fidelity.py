@@ -332,6 +332,7 @@ def _train_one_iteration(tiny_model, out, **kw):
 
 
 @needs_models
+@pytest.mark.slow
 def test_coach_fallbacks_are_counted_and_contribute_nothing_to_the_loss(tiny_model, tmp_path):
     metrics, weights = _train_one_iteration(tiny_model, tmp_path / "a")
     store = tmp_path / "a" / "rollouts" / "iter-00000.jsonl"
