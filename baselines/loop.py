@@ -47,10 +47,9 @@ from .samples import Sample, coach_counts, samples_from_episodes, select_trainab
 from .store import TrajectoryStore, check_resumable
 
 
-def role_metrics(records: list[EpisodeRecord], role: str, samples: list[Sample]) -> dict[str, float]:
-    """Behaviour of one role over an iteration's episodes (the paper's statistics; :func:`mappa_envs.metrics.
-    role_stats`, as evaluations count them)."""
-    stats = role_stats(records).get(role, RoleStats(role))
+def role_metrics(stats: RoleStats, samples: list[Sample]) -> dict[str, float]:
+    """Behaviour of one role over an iteration's episodes (the paper's statistics): its :func:`mappa_envs.metrics.
+    role_stats` entry, as evaluations count them, and its samples' scores."""
     scores = [float(s.coach["score"]) for s in samples if s.coach] or [s.reward * 10 for s in samples]
     return {
         "mean_coach_score": float(np.mean(scores)) if scores else 0.0,
@@ -275,9 +274,10 @@ class TrainerBase:
             **self._rollout_breakdown(),
         }
         sync_by_role = getattr(self, "sync_by_role", {})
+        by_stats = role_stats(records)  # every role's at once
         for role, samples in every.items():
             metrics[role] = {
-                **role_metrics(records, role, samples),
+                **role_metrics(by_stats.get(role, RoleStats(role)), samples),
                 **coach_counts(samples),
                 **masked[role],
                 **stats.get(role, {}),
