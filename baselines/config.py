@@ -67,6 +67,11 @@ class TrainConfig:
     instead of ``micro_batch`` padded rows (:mod:`baselines.packing`: a prefix several samples share - the system
     prompt, an agent's earlier turns, a GRPO group's prompt - is computed once; same log-probs and gradients).
     0: padded micro-batches."""
+    share_prefix: bool = True
+    """With ``pack_tokens``: the prefix all of a rank's samples of a role share (system prompt, worked example; at
+    most ``pack_tokens // 2`` tokens) is run once per pass over the batch, not once per pack, and every pack attends
+    to its keys and values (same log-probs and gradients up to float rounding). Off with gradient checkpointing
+    (its layers keep no cache)."""
     train_batch: int | None = None
     """Samples per optimiser step (distributed trainer): a role's batch is split into shuffled mini-batches of
     this size, one step each, against the log-probs of the policy that generated them. None: one step per

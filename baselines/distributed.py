@@ -1,6 +1,6 @@
-"""The DeepSpeed side of the distributed trainer, run inside Ray actors: ZeRO ranks per role (:class:`RoleWorker`)
-and the per-rank batch balancing. The vLLM side (engines, the driver's policy, the weight transfer) is in
-:mod:`baselines.engines`.
+"""The DeepSpeed side of the distributed trainer, run inside Ray actors: ZeRO ranks per role (:class:`RoleWorker`);
+the per-rank batch plan is in :mod:`baselines.packing`, the vLLM side (engines, the driver's policy, the weight
+transfer) in :mod:`baselines.engines`.
 
 Nothing here imports Ray, vLLM or DeepSpeed at module level: the classes are plain Python classes that
 :mod:`baselines.ray_trainer` turns into actors with ``ray.remote``, and which a test can also build in-process.
@@ -15,51 +15,21 @@ from typing import Any
 
 from .config import TrainConfig
 from .engines import pack_weights
-from .packing import build_pack, distinct_tokens, pack_samples, packed_logprobs
+from .packing import (
+    SharedPrefix,
+    balance,
+    build_pack,
+    micro_batches,
+    packed_logprobs,
+    plan_packs,
+    plan_shards,
+    prefix_states,
+    sharing_prefix,
+    strip_prefix,
+)
+
+__all__ = ["RoleWorker", "adamw", "balance", "deepspeed_config", "micro_batches", "plan_shards"]
 from .samples import Sample, sample_rows, token_logprobs, tokenize_samples
-
-# ----------------------------------------------------------------------------------------------- batch balancing
-
-
-def balance(costs: Sequence[int], ranks: int) -> list[list[int]]:
-    """Split sample indices over ``ranks`` so their total costs (tokens) are as even as possible, dropping none.
-
-    Longest-processing-time-first: samples by decreasing cost, each to the rank with the least total so far (ties
-    to the lower rank). The result is a function of ``costs`` only; each rank's indices are in increasing order.
-    """
-    if ranks < 1:
-        raise ValueError(f"ranks must be >= 1, not {ranks}")
-    loads = [0] * ranks
-    shards: list[list[int]] = [[] for _ in range(ranks)]
-    for i in sorted(range(len(costs)), key=lambda j: (-costs[j], j)):
-        r = min(range(ranks), key=lambda k: (loads[k], k))
-        shards[r].append(i)
-        loads[r] += costs[i]
-    return [sorted(s) for s in shards]
-
-
-def micro_batches(n: int, size: int, count: int) -> list[slice]:
-    """``count`` slices over ``n`` items in chunks of ``size``; the ones past the end are empty. Every ZeRO-3 rank
-    must run the same number of forward passes (parameters are gathered collectively), so ranks with fewer
-    samples run empty micro-batches as dummy passes."""
-    return [slice(min(i * size, n), min((i + 1) * size, n)) for i in range(count)]
-
-
-def plan_shards(rows: Sequence[tuple[list[int], int]], ranks: int, cfg: TrainConfig) -> tuple[list[list[int]], int]:
-    """A role's sample rows (:func:`baselines.samples.sample_rows`) over ``ranks``: each rank's indices, and how
-    many forward passes every rank runs (the most any rank needs; ZeRO-3 ranks run them in step).
-
-    Padded micro-batches (``cfg.pack_tokens`` 0): samples balanced by tokens, ``cfg.micro_batch`` per pass. Prefix
-    packs: the packs are formed over all the rows and balanced over the ranks by their distinct tokens (a pack's
-    shared prefixes stay on one rank); each rank re-forms its packs from its rows, as the workers do."""
-    if not cfg.pack_tokens:
-        shards = balance([len(ids) for ids, _ in rows], ranks)
-        return shards, max(1, max(-(-len(sh) // cfg.micro_batch) for sh in shards))
-    packs = pack_samples(rows, cfg.pack_tokens)
-    owners = balance([distinct_tokens([rows[i] for i in p]) for p in packs], ranks)
-    shards = [sorted(i for k in own for i in packs[k]) for own in owners]
-    n = max(len(pack_samples([rows[i] for i in sh], cfg.pack_tokens)) if sh else 0 for sh in shards)
-    return shards, max(1, n)
 
 
 def _release_freed_memory() -> None:
@@ -207,14 +177,28 @@ class RoleWorker:
         padding wastes little (the loss is a sum over samples: their order changes nothing else)."""
         return sorted(range(len(rows)), key=lambda i: (-len(rows[i][0]), i))
 
-    def _passes(self, model: Any, samples: Sequence[Sample], n_micro: int):
+    def _passes(self, model: Any, samples: Sequence[Sample], n_micro: int, prefixes: list | None = None):
         """Yield, per forward pass, the indices of its samples and their response tokens' log-probs (one tensor
         each, in the graph of ``model``); exactly ``n_micro`` passes: those past the samples are dummy passes of
-        one token pair (indices ``[]``, one zero-size-free tensor to backpropagate a zero through)."""
+        one token pair (indices ``[]``, one zero-size-free tensor to backpropagate a zero through).
+
+        With a shared prefix (:func:`sharing_prefix`) one more pass runs first, over the prefix, and its
+        :class:`~baselines.packing.SharedPrefix` is appended to ``prefixes``: after the passes' backwards, the caller
+        sends its gradient on (:meth:`~baselines.packing.SharedPrefix.backward_loss`). Under ZeRO-3 every rank runs
+        it (a rank without a shared prefix on one token: parameters are gathered collectively)."""
         rows = self._rows(samples) if samples else []
         T = self.cfg.temperature
         if self.cfg.pack_tokens:
-            packs = pack_samples(rows, self.cfg.pack_tokens) if rows else []
+            share = sharing_prefix(self.cfg)
+            cut, packs = plan_packs(rows, self.cfg.pack_tokens, share)
+            prefix: SharedPrefix | None = None
+            if share and (cut or self.cfg.zero_stage == 3):
+                ids = rows[0][0][:cut] if cut else [self.tokenizer.eos_token_id]
+                run = prefix_states(model, ids, self.device)
+                if prefixes is not None:
+                    prefixes.append(run)
+                prefix = run if cut else None
+            rows = strip_prefix(rows, cut)
             if len(packs) > n_micro:
                 raise RuntimeError(f"{len(packs)} packs on rank {self.rank} but {n_micro} passes planned")
             for k in range(n_micro):
@@ -223,7 +207,7 @@ class RoleWorker:
                     continue
                 idx = packs[k]
                 pack = build_pack([rows[i] for i in idx]).to(self.device)
-                yield idx, packed_logprobs(model, pack, T)
+                yield idx, packed_logprobs(model, pack, T, prefix=prefix)
             return
         order = self._length_order(rows)
         for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
@@ -289,7 +273,8 @@ class RoleWorker:
         gap, gap_n = 0.0, 0
         scale = self.world_size / max(total_tokens, 1)
         tokens = 0
-        for idx, lps in self._passes(self.engine, samples, n_micro):
+        prefixes: list[SharedPrefix] = []
+        for idx, lps in self._passes(self.engine, samples, n_micro, prefixes):
             if not idx:
                 self.engine.backward(lps[0] * 0.0, scale_wrt_gas=False)
                 continue
@@ -309,6 +294,8 @@ class RoleWorker:
             stats["loss"] += float(loss.detach()) * n / max(total_tokens, 1)
             stats["clip_frac"] += info["clip_frac"] * n / max(total_tokens, 1)
             tokens += int(n)
+        for prefix in prefixes:  # the packs' gradients at the shared prefix, through its forward once
+            self.engine.backward(prefix.backward_loss(), scale_wrt_gas=False)
         t_backward = time.perf_counter()
         norm = self._step()
         end = time.perf_counter()

@@ -202,7 +202,9 @@ def activation_bytes(shape: ModelShape, cfg: TrainConfig, bytes_per_param: int, 
     tokens = cfg.micro_batch * (cfg.max_prompt_tokens + cfg.max_new_tokens)
     response_tokens = cfg.micro_batch * (cfg.max_new_tokens + 1)
     if cfg.pack_tokens:  # a prefix pack: its distinct tokens, half of them at most response tokens (logits)
-        tokens = max(cfg.pack_tokens, cfg.max_prompt_tokens + cfg.max_new_tokens)  # a longer row is a pack alone
+        # a longer row is a pack alone; a prefix shared by the packs (at most half a pack) is held through the step
+        shared = cfg.pack_tokens // 2 if cfg.share_prefix and not cfg.gradient_checkpointing else 0
+        tokens = max(cfg.pack_tokens + shared, cfg.max_prompt_tokens + cfg.max_new_tokens)
         response_tokens = max(cfg.pack_tokens // 2, cfg.max_new_tokens + 1)
     b = bytes_per_param
     full_layer = _layer_coefficient() * (2 * shape.hidden_size + shape.intermediate_size) * b

@@ -82,6 +82,7 @@ RESUME_MAY_CHANGE = frozenset(
         "micro_batch",
         "gradient_checkpointing",
         "pack_tokens",
+        "share_prefix",
     }
 )
 """Configuration fields a resumed run may change; any other change is refused (the checkpoint, the stored

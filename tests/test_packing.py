@@ -9,7 +9,16 @@ import torch
 
 from baselines.config import TrainConfig
 from baselines.distributed import plan_shards
-from baselines.packing import build_pack, distinct_tokens, pack_samples, packed_logprobs
+from baselines.packing import (
+    build_pack,
+    distinct_tokens,
+    pack_samples,
+    packed_logprobs,
+    plan_packs,
+    prefix_states,
+    shared_prefix,
+    strip_prefix,
+)
 from baselines.samples import TokenBatch, token_logprobs
 
 P = [5, 6, 7, 8, 9]  # a shared system prompt
@@ -88,12 +97,61 @@ def test_packs_hold_their_budget_and_every_row_once():
         build_pack([([1, 2, 3], 3)])
 
 
-def test_the_plan_keeps_a_packs_samples_on_one_rank():
-    cfg = TrainConfig(pack_tokens=12, micro_batch=1)
+@pytest.mark.parametrize("share", [False, True])
+def test_the_plan_keeps_a_packs_samples_on_one_rank(share):
+    cfg = TrainConfig(pack_tokens=12, micro_batch=1, share_prefix=share)
     shards, n = plan_shards(ROWS, 2, cfg)
     assert sorted(i for sh in shards for i in sh) == list(range(len(ROWS)))
-    for p in pack_samples(ROWS, 12):
+    for p in plan_packs(ROWS, 12, share)[1]:
         assert sum(any(i in sh for i in p) for sh in shards) == 1
-    assert n == max(len(pack_samples([ROWS[i] for i in sh], 12)) for sh in shards)
+    assert n == max(len(plan_packs([ROWS[i] for i in sh], 12, share)[1]) for sh in shards)
     dense, n_dense = plan_shards(ROWS, 2, TrainConfig(micro_batch=1))
     assert n_dense == max(len(sh) for sh in dense) >= n
+
+
+SHARED = [(r[0], r[1]) for r in ROWS if r[0][:5] == P]  # the rows that start with the system prompt
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_a_prefix_run_once_for_several_packs_gives_the_same_logprobs_and_gradient(impl):
+    model = _model(impl)
+    n = shared_prefix(SHARED, cap=100)
+    assert n == 4  # the system prompt less its last token: a 5-token prompt's last token is a response's parent
+    assert shared_prefix(SHARED, cap=3) == 3 and shared_prefix(ROWS, cap=100) == 0  # [1, 2, 3, 4] shares nothing
+    assert shared_prefix([([*P, 10, 11], 2)], cap=100) == 1  # short of the first response token's parent
+    rows = strip_prefix(SHARED, n)
+    packs = [[0, 1], [2, 3]]  # two packs, both attending to the one prefix
+    weights = [1.0, -2.0, 0.5, -1.0]
+
+    model.zero_grad()
+    prefix = prefix_states(model, SHARED[0][0][:n])
+    for p in packs:
+        lps = packed_logprobs(model, build_pack([rows[i] for i in p]), 0.7, prefix=prefix)
+        for i, lp in zip(p, lps, strict=True):
+            ids, start = SHARED[i]
+            assert lp.shape == (len(ids) - start,)
+            torch.testing.assert_close(lp.detach(), _dense(model, ids, start, 0.7).detach(), atol=1e-5, rtol=1e-5)
+        loss = sum(weights[i] * lp.sum() for i, lp in zip(p, lps, strict=True))
+        loss.backward()  # one backward per pack, as the trainer's micro-batches
+    before = [p.grad.clone() for p in model.parameters()]
+    prefix.backward_loss().backward()  # the packs' gradients at the prefix, through its forward, once
+    shared = [p.grad.clone() for p in model.parameters()]
+    assert max(float((a - b).abs().max()) for a, b in zip(before, shared, strict=True)) > 1e-4  # it adds something
+
+    model.zero_grad()
+    for w, (ids, start) in zip(weights, SHARED, strict=True):
+        (w * _dense(model, ids, start, 0.7).sum()).backward()
+    for a, b in zip(shared, (p.grad for p in model.parameters()), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_the_plan_packs_the_rows_without_their_shared_prefix():
+    n, packs = plan_packs(SHARED, 12, share=True)
+    assert n == 4 and packs == pack_samples(strip_prefix(SHARED, 4), 12)
+    assert plan_packs(SHARED, 12, share=False) == (0, pack_samples(SHARED, 12))
+    assert plan_packs([], 12, share=True) == (0, [])
+    # two packs either way; the prefix's 4 positions are computed once instead of once per pack
+    rows = strip_prefix(SHARED, n)
+    once = n + sum(distinct_tokens([rows[i] for i in p]) for p in packs)
+    per_pack = sum(distinct_tokens([SHARED[i] for i in p]) for p in pack_samples(SHARED, 12))
+    assert len(packs) == 2 and once == per_pack - 4

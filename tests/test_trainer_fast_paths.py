@@ -98,14 +98,20 @@ def _packed_checks(queue) -> None:
     tokens = sum(len(s.response_ids) for s in samples)
     base = dict(model=path, zero_stage=0, lr=1e-3, temperature=0.7, max_new_tokens=16)
     dense = RoleWorker("r", 0, 1, port, path, TrainConfig(micro_batch=2, **base))
-    packed = RoleWorker("r", 0, 1, port, path, TrainConfig(micro_batch=2, pack_tokens=120, **base))
+    share = os.environ["MAPPA_TEST_SHARE_PREFIX"] == "1"
+    cfg = TrainConfig(micro_batch=2, pack_tokens=120, share_prefix=share, **base)
+    packed = RoleWorker("r", 0, 1, port, path, cfg)
     rows = packed._rows(samples)
-    from baselines.packing import distinct_tokens, pack_samples
+    from baselines.distributed import plan_shards
+    from baselines.packing import distinct_tokens, plan_packs, strip_prefix
 
-    packs = pack_samples(rows, 120)
+    cut, packs = plan_packs(rows, 120, share)
+    kept = strip_prefix(rows, cut)
     out = {
+        "cut": cut,
         "packs": len(packs),
-        "saved": 1 - sum(distinct_tokens([rows[i] for i in p]) for p in packs) / sum(len(r) for r, _ in rows),
+        "passes": plan_shards(rows, 1, cfg)[1],
+        "saved": 1 - (cut + sum(distinct_tokens([kept[i] for i in p]) for p in packs)) / sum(len(r) for r, _ in rows),
     }
     lp_d = dense.logprobs(samples, 3, policy=True, ref=False)
     lp_p = packed.logprobs(samples, len(packs) + 1, policy=True, ref=False)  # one dummy pass past the packs
@@ -124,9 +130,12 @@ def _packed_checks(queue) -> None:
 
 @needs_deepspeed
 @pytest.mark.slow
-def test_prefix_packs_train_as_padded_micro_batches_do():
+@pytest.mark.parametrize("share", [False, True], ids=["per-pack-prefix", "shared-prefix"])
+def test_prefix_packs_train_as_padded_micro_batches_do(share, monkeypatch):
     """A RoleWorker with ``pack_tokens`` returns the same log-probs and takes the same optimiser step as one with
-    padded micro-batches, with fewer positions computed."""
+    padded micro-batches, with fewer positions computed; with ``share_prefix`` the system prompt all samples share
+    is run once, before the packs, and its gradient sent on after them."""
+    monkeypatch.setenv("MAPPA_TEST_SHARE_PREFIX", "1" if share else "0")
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_packed_checks, args=(queue,))
@@ -134,6 +143,8 @@ def test_prefix_packs_train_as_padded_micro_batches_do():
     out = queue.get(timeout=600)
     proc.join(60)
     assert out["packs"] < 6 and out["saved"] > 0.2, out  # the shared prefixes were packed
+    assert out["passes"] == out["packs"], out  # the driver plans the passes the worker runs
+    assert (out["cut"] > 10) == share, out  # the system prompt (and the chat template's start) run once
     assert out["logp_gap"] < 1e-5, out
     assert out["tokens"][0] == out["tokens"][1], out
     assert abs(out["loss"][0] - out["loss"][1]) < 1e-6, out

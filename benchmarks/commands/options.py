@@ -69,6 +69,12 @@ TRAIN_OPTIONS: tuple[Option, ...] = (
         "forward/backward over prefix-shared packs of at most this many distinct tokens (0: padded micro-batches)",
         type=int,
     ),
+    Option(
+        "--no-share-prefix",
+        "share_prefix",
+        "with --pack-tokens: run the prefix every sample shares with each pack, not once per batch",
+        const=False,
+    ),
     _o("--zero-stage", "zero_stage", "DeepSpeed ZeRO stage", type=int, choices=(0, 1, 2, 3)),
     Option("--gradient-checkpointing", "gradient_checkpointing", "recompute activations in the backward", const=True),
     Option(
