@@ -262,9 +262,6 @@ class RoleWorker:
         with one iteration per generation); no separate pass computed them. ``behaviour_logp`` (the engine's
         log-probs of the sampled tokens) is only compared with this pass's: their mean absolute gap is returned
         as ``rollout_logp_gap`` (engine vs trainer numerics)."""
-        from .local_trainer import ppo_clip_loss
-
-        torch = self._torch
         t0 = time.perf_counter()
         for group in self.engine.optimizer.param_groups:
             group["lr"] = lr
@@ -278,22 +275,14 @@ class RoleWorker:
             if not idx:
                 self.engine.backward(lps[0] * 0.0, scale_wrt_gas=False)
                 continue
-            logp = torch.cat(lps)[None]
-            adv = torch.cat([advantages[j].to(logp) for j in idx])[None]
-            if old_logp is None:
-                old = logp.detach().clone()
-            else:
-                old = torch.cat([old_logp[j].to(logp) for j in idx])[None]
             if behaviour_logp is not None:
                 g, c = _logp_gap(lps, [behaviour_logp[j] for j in idx])
                 gap, gap_n = gap + g, gap_n + c
-            mask = torch.ones_like(logp)
-            n = float(logp.shape[1])
-            loss, info = ppo_clip_loss(logp, old, adv, mask, self.cfg.clip_eps)
+            loss, n, clip_frac = self._pass_loss(lps, idx, advantages, old_logp)
             self.engine.backward(loss * n * scale, scale_wrt_gas=False)
             stats["loss"] += float(loss.detach()) * n / max(total_tokens, 1)
-            stats["clip_frac"] += info["clip_frac"] * n / max(total_tokens, 1)
-            tokens += int(n)
+            stats["clip_frac"] += clip_frac * n / max(total_tokens, 1)
+            tokens += n
         for prefix in prefixes:  # the packs' gradients at the shared prefix, through its forward once
             self.engine.backward(prefix.backward_loss(), scale_wrt_gas=False)
         t_backward = time.perf_counter()
@@ -312,6 +301,20 @@ class RoleWorker:
             stats["rollout_logp_gap"] = gap / gap_n
         _release_freed_memory()
         return stats
+
+    def _pass_loss(
+        self, lps: list[Any], idx: list[int], advantages: list[Any], old_logp: list[Any] | None
+    ) -> tuple[Any, int, float]:
+        """One pass's PPO clipped surrogate (its tokens' mean), its token count and clip fraction; old log-probs
+        None: this pass's own, detached (ratio 1)."""
+        from .local_trainer import ppo_clip_loss
+
+        torch = self._torch
+        logp = torch.cat(lps)[None]
+        adv = torch.cat([advantages[j].to(logp) for j in idx])[None]
+        old = logp.detach().clone() if old_logp is None else torch.cat([old_logp[j].to(logp) for j in idx])[None]
+        loss, info = ppo_clip_loss(logp, old, adv, torch.ones_like(logp), self.cfg.clip_eps)
+        return loss, int(logp.shape[1]), info["clip_frac"]
 
     def _step(self) -> float | None:
         """The optimiser step; returns the gradient norm before it (DeepSpeed reports it for ZeRO-3 or fp16/bf16

@@ -35,7 +35,7 @@ def evaluate_heldout(
 
     k = samples or cfg.eval_samples
     kwargs = heldout_env_kwargs(cfg.env_id, cfg.env_kwargs, split)
-    episodes = _capped(cfg.env_id, kwargs, episodes)
+    episodes, tool_role = _capped(cfg.env_id, kwargs, episodes)
     t0 = time.perf_counter()
     records = run_episodes(
         lambda: mappa_envs.make(cfg.env_id, **kwargs),
@@ -47,7 +47,7 @@ def evaluate_heldout(
     )
     correct, n = accuracy(records)
     stats = role_stats(records)
-    ce = stats.get("code_executor")
+    ce = stats.get(tool_role) if tool_role else None
     quality = [float(r.outcome["quality"]) for r in records if "quality" in r.outcome]
     extra = {"mean_quality": sum(quality) / len(quality)} if quality else {}
     return {
@@ -58,6 +58,7 @@ def evaluate_heldout(
         "episodes": n,
         "problems": episodes,
         "samples_per_problem": k,
+        "tool_role": tool_role,  # the first role with tools: the one code_rate and tool_success_rate describe
         "code_rate": ce.code_rate if ce else 0.0,
         "tool_success_rate": ce.tool_success_rate if ce else 0.0,
         "behaviour": role_behaviour(records),
@@ -68,12 +69,14 @@ def evaluate_heldout(
     }
 
 
-def _capped(env_id: str, kwargs: dict[str, Any], episodes: int) -> int:
-    """``episodes``, or the number of held-out tasks when there are fewer (with a warning: each is evaluated once)."""
+def _capped(env_id: str, kwargs: dict[str, Any], episodes: int) -> tuple[int, str | None]:
+    """``episodes``, or the number of held-out tasks when there are fewer (with a warning: each is evaluated once);
+    and the team's first role with tools (MathChat's code executor), or None."""
     import warnings
 
     probe = mappa_envs.make(env_id, **kwargs)
     n_tasks = len(probe.unwrapped.tasks)
+    tool_role = next((r.name for r in probe.unwrapped.roles if r.tools), None)
     probe.close()
     if episodes > n_tasks:
         warnings.warn(
@@ -81,5 +84,5 @@ def _capped(env_id: str, kwargs: dict[str, Any], episodes: int) -> int:
             "evaluating each once",
             stacklevel=3,
         )
-        return n_tasks
-    return episodes
+        return n_tasks, tool_role
+    return episodes, tool_role

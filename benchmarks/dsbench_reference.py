@@ -14,10 +14,38 @@ import argparse
 import json
 import sys
 import time
+from typing import Any
 
 import mappa_envs
 from mappa_envs.tasks.dsbench.reference import run_reference
 from mappa_envs.tasks.dsbench.scoring import answers
+
+
+def _task_row(env: Any, tid: str, task: Any) -> dict[str, Any]:
+    """Run the reference team on one task and print its line of the table."""
+    t0 = time.perf_counter()
+    o = run_reference(env, tid).outcome
+    n = len(answers(task).ids)
+    row = {
+        "task": tid,
+        "type": task.task_type,
+        "metric": task.metric,
+        "test_rows": n,
+        "valid": o["valid"],
+        "value": o["value"],
+        "baseline": o["baseline"],
+        "quality": o["quality"],
+        "beats_baseline": o["beats_baseline"],
+        "seconds": round(time.perf_counter() - t0, 2),
+        "reason": o["reason"],
+    }
+    value = f"{o['value']:.4g}" if o["valid"] else "invalid"
+    print(
+        f"{tid:<22}{task.task_type:<15}{task.metric:<10}{n:>7}{value:>11}{o['baseline']:>11.4g}"
+        f"{o['quality']:>9.3f}  {row['seconds']:>5.1f}" + (f"  {o['reason']}" if not o["valid"] else ""),
+        flush=True,
+    )
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,31 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, failed = [], []
     start = time.perf_counter()
     for tid, task in u.ds_tasks.items():
-        t0 = time.perf_counter()
-        rec = run_reference(env, tid)
-        o = rec.outcome
-        n = len(answers(task).ids)
-        row = {
-            "task": tid,
-            "type": task.task_type,
-            "metric": task.metric,
-            "test_rows": n,
-            "valid": o["valid"],
-            "value": o["value"],
-            "baseline": o["baseline"],
-            "quality": o["quality"],
-            "beats_baseline": o["beats_baseline"],
-            "seconds": round(time.perf_counter() - t0, 2),
-            "reason": o["reason"],
-        }
+        row = _task_row(env, tid, task)
         rows.append(row)
-        value = f"{o['value']:.4g}" if o["valid"] else "invalid"
-        print(
-            f"{tid:<22}{task.task_type:<15}{task.metric:<10}{n:>7}{value:>11}{o['baseline']:>11.4g}"
-            f"{o['quality']:>9.3f}  {row['seconds']:>5.1f}" + (f"  {o['reason']}" if not o["valid"] else ""),
-            flush=True,
-        )
-        if not o["beats_baseline"]:
+        if not row["beats_baseline"]:
             failed.append(tid)
     env.close()
     ok = len(rows) - len(failed)

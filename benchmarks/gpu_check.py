@@ -33,6 +33,19 @@ def small_model(path: Path) -> str:
     return str(random_llama(path, dtype="bfloat16", num_key_value_heads=3, **sizes))
 
 
+def _iteration_row(m: dict, roles: list[str]) -> dict:
+    """The figures of one iteration's metrics this check prints."""
+    return {
+        "iteration": m["iteration"] + 1,
+        "episodes": m["episodes"],
+        "gen_tok_s": round(m["gen_tok_s"], 1),
+        "rollout_s": round(m["rollout_s"], 1),
+        "update_s": round(m["train_s"], 1),
+        "sync_s": round(m["sync_s"], 2),
+        **{f"train_tok_s[{r}]": round(m.get(r, {}).get("train_tok_s", 0.0), 1) for r in roles},
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="a model folder (default: a random ~110M Llama built here)")
@@ -72,20 +85,9 @@ def main() -> int:
     t0 = time.perf_counter()
     trainer = RayTrainer(cfg)
     print(f"start-up (Ray, 3 vLLM engines, 3 ZeRO-3 ranks): {time.perf_counter() - t0:.1f}s", flush=True)
-    rows = []
     try:
         for m in trainer.train():
-            row = {
-                "iteration": m["iteration"] + 1,
-                "episodes": m["episodes"],
-                "gen_tok_s": round(m["gen_tok_s"], 1),
-                "rollout_s": round(m["rollout_s"], 1),
-                "update_s": round(m["train_s"], 1),
-                "sync_s": round(m["sync_s"], 2),
-                **{f"train_tok_s[{r}]": round(m.get(r, {}).get("train_tok_s", 0.0), 1) for r in trainer.roles},
-            }
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            print(json.dumps(_iteration_row(m, trainer.roles)), flush=True)
     finally:
         trainer.close()
     smi = subprocess.run(

@@ -211,12 +211,26 @@ def bench_trainer(completion: int = 32) -> dict[str, Any]:
         "higher_is_better": True,
     }
     try:
-        from datasets import Dataset
-        from trl import GRPOConfig, GRPOTrainer
+        import datasets  # noqa: F401
+        import trl  # noqa: F401
     except ImportError as e:
         row["reference_skipped"] = f"TRL not installed ({e}): pip install 'mappa-envs[bench]'"
         return row
+    row["reference_value"] = tokens / _trl_tiny_step_seconds(path, tok, prompts, completion)
+    return row
+
+
+def _trl_tiny_step_seconds(path: str, tok: Any, prompts: list, completion: int) -> float:
+    """TRL's GRPOTrainer on the tiny model, same prompts, batch and rewards as :func:`bench_trainer`: the seconds of
+    its second step (no first-call overheads)."""
     import tempfile
+
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    from benchmarks.trl_reference import train_step_seconds
 
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(
@@ -240,11 +254,7 @@ def bench_trainer(completion: int = 32) -> dict[str, Any]:
             train_dataset=Dataset.from_list([{"prompt": p} for p in PROMPTS] * 4),
             processing_class=tok,
         )
-        from benchmarks.trl_reference import train_step_seconds
-
-        times = train_step_seconds(trainer)
-    row["reference_value"] = tokens / times[-1]  # the second step: no first-call overheads
-    return row
+        return train_step_seconds(trainer)[-1]
 
 
 def _training():

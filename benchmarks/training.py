@@ -86,15 +86,66 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _our_update(cfg: Any, path: str, samples: list, adv: list, n_resp: int) -> tuple[float, float, dict]:
+    """Our role worker on ``samples``: the reference pass (as after a role's first step) and one step, old log-probs
+    from its own pass, after a warm-up; returns (reference pass s, step s, the step's stats)."""
+    import torch
+
+    from baselines.distributed import RoleWorker, plan_shards
+
+    worker = RoleWorker("code_executor", 0, 1, _free_port(), path, cfg)
+    _, n_micro = plan_shards(worker._rows(samples), 1, cfg)  # the demo's passes: prefix packs (a prompt's samples)
+    short = samples[:1]
+    zero = [torch.zeros(len(short[0].response_ids))]
+    worker.logprobs(short, 1)  # warm-up: first-call allocations, and AdamW's states (a step on zero advantages:
+    worker.train_step(short, zero, None, len(zero[0]), 1, 1e-6)  # zero gradients, Adam moves nothing)
+    t = time.perf_counter()
+    ref = worker.logprobs(samples, n_micro, policy=False, ref=True)
+    t_ref = time.perf_counter() - t
+    t = time.perf_counter()
+    stats = worker.train_step(samples, adv, None, n_resp, n_micro, 1e-6, behaviour_logp=[r for _, r in ref])
+    return t_ref, time.perf_counter() - t, stats
+
+
+def _plain_update(cfg: Any, path: str, tok: Any, samples: list, adv: list, n_resp: int) -> float:
+    """A plain PyTorch loop on the same samples: padded micro-batches, full logits, backward, AdamW (warmed up the
+    same way); returns the step's seconds."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from baselines.samples import tokenize_samples
+
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, betas=cfg.betas, weight_decay=0.0)
+
+    def plain_step(batch: list, advantages: list) -> None:
+        for i in range(0, len(batch), cfg.micro_batch):
+            b = tokenize_samples(batch[i : i + cfg.micro_batch], tok, cfg.max_prompt_tokens, cfg.max_new_tokens + 1)
+            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits[:, :-1].float()
+            logp = torch.log_softmax(logits / cfg.temperature, -1)
+            logp = torch.gather(logp, 2, b.input_ids[:, 1:, None]).squeeze(2)
+            a = torch.zeros_like(logp)
+            a[b.response_mask.bool()] = torch.cat(advantages[i : i + cfg.micro_batch])
+            (-(logp * a * b.response_mask).sum() / n_resp).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        opt.zero_grad()
+
+    plain_step(samples[:1], [torch.zeros(len(samples[0].response_ids))])
+    t = time.perf_counter()
+    plain_step(samples, adv)
+    return time.perf_counter() - t
+
+
 # ---------------------------------------------------------------------------------------------- update
 def bench_update(prompts: int = 8, per_prompt: int = 2) -> list[dict[str, Any]]:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from baselines.distributed import RoleWorker, plan_shards
     from baselines.models import resolve_model
     from baselines.presets import PRESETS
-    from baselines.samples import prompt_ids, tokenize_samples
+    from baselines.samples import prompt_ids
 
     from .trl_reference import trl_step_seconds
 
@@ -109,44 +160,8 @@ def bench_update(prompts: int = 8, per_prompt: int = 2) -> list[dict[str, Any]]:
     shape = f"{len(samples)} samples, {n_prompt // len(samples)}+{n_resp // len(samples)} tokens"
     adv = [torch.full((len(s.response_ids),), 1.0 if i % 2 else -1.0) for i, s in enumerate(samples)]
 
-    # ours: the reference pass (as after a role's first step) and one step, old log-probs from its own pass
-    worker = RoleWorker("code_executor", 0, 1, _free_port(), path, cfg)
-    _, n_micro = plan_shards(worker._rows(samples), 1, cfg)  # the demo's passes: prefix packs (a prompt's samples)
-    short = samples[:1]
-    zero = [torch.zeros(len(short[0].response_ids))]
-    worker.logprobs(short, 1)  # warm-up: first-call allocations, and AdamW's states (a step on zero advantages:
-    worker.train_step(short, zero, None, len(zero[0]), 1, 1e-6)  # zero gradients, Adam moves nothing)
-    t = time.perf_counter()
-    ref = worker.logprobs(samples, n_micro, policy=False, ref=True)
-    t_ref = time.perf_counter() - t
-    t = time.perf_counter()
-    stats = worker.train_step(samples, adv, None, n_resp, n_micro, 1e-6, behaviour_logp=[r for _, r in ref])
-    step_s = time.perf_counter() - t
-    del worker
-
-    # a plain PyTorch loop: same samples, same micro-batches, full logits, AdamW (warmed up the same way)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, betas=cfg.betas, weight_decay=0.0)
-
-    def plain_step(model: Any, opt: Any, batch: list, advantages: list) -> None:
-        for i in range(0, len(batch), cfg.micro_batch):
-            b = tokenize_samples(batch[i : i + cfg.micro_batch], tok, cfg.max_prompt_tokens, cfg.max_new_tokens + 1)
-            logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits[:, :-1].float()
-            logp = torch.log_softmax(logits / cfg.temperature, -1)
-            logp = torch.gather(logp, 2, b.input_ids[:, 1:, None]).squeeze(2)
-            a = torch.zeros_like(logp)
-            a[b.response_mask.bool()] = torch.cat(advantages[i : i + cfg.micro_batch])
-            (-(logp * a * b.response_mask).sum() / n_resp).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        opt.zero_grad()
-
-    plain_step(model, opt, short, zero)
-    t = time.perf_counter()
-    plain_step(model, opt, samples, adv)
-    plain_s = time.perf_counter() - t
-    del model, opt
+    t_ref, step_s, stats = _our_update(cfg, path, samples, adv, n_resp)
+    plain_s = _plain_update(cfg, path, tok, samples, adv, n_resp)
     detail = {
         "reference_pass_s": t_ref,
         "step_s": step_s,
@@ -189,11 +204,10 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
     import mappa_envs
     from baselines.config import TrainConfig
     from baselines.distributed import RoleWorker
-    from baselines.engines import VLLMEngine, VLLMPolicy
+    from baselines.engines import VLLMEngine
     from baselines.models import resolve_model
     from baselines.presets import PRESETS
     from baselines.ray_trainer import ray_init
-    from baselines.rollout import run_episodes
 
     cfg: TrainConfig = PRESETS["demo-arith"]
     path = resolve_model(cfg.model)
@@ -211,6 +225,23 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
         for i, role in enumerate(roles)
     }
     ray.get([e.ready.remote() for e in engines.values()])
+    rows = [_rollout_row(cfg, engines, tok, episodes, concurrent, sandbox)]
+    worker = ray.remote(RoleWorker).options(num_cpus=0).remote(roles[0], 0, 1, _free_port(), path, cfg)
+    rows.append(_sync_row(worker, engines[roles[0]], path))
+    ray.kill(worker)
+    for e in engines.values():
+        ray.kill(e)
+    ray.shutdown()
+    return rows
+
+
+def _rollout_row(cfg: Any, engines: dict[str, Any], tok: Any, episodes: int, concurrent: bool, sandbox: str) -> dict:
+    """Full MathChat rollouts on the engines (every prompt recorded), then the same prompts as raw batches."""
+    import mappa_envs
+    from baselines.engines import VLLMPolicy
+    from baselines.rollout import run_episodes
+
+    roles = list(engines)
     sent: dict[str, list[list[int]]] = {role: [] for role in roles}
 
     class Recording(VLLMPolicy):
@@ -245,31 +276,22 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
     raw, best = _raw_batches(engines, sent, cfg)
     raw_tokens, raw_s = raw[best]
     actions = sum(len(r.actions) for r in records)
-    rows = [
-        {
-            "figure": f"rollout: {episodes} MathChat episodes, 16 envs, 3 engines, sandbox {sandbox} (gen tok/s)",
-            "value": rollout_tokens / rollout_s,
-            "reference": "same engines and prompts, a raw batch each (tok/s)",
-            "reference_value": raw_tokens / raw_s,
-            "higher_is_better": True,
-            "detail": {
-                "rollout_s": rollout_s,
-                "raw_s": raw_s,
-                "actions": actions,
-                "requests": sum(len(v) for v in sent.values()),
-                "raw_tok_s": {k: n / sec for k, (n, sec) in raw.items()},
-                **timings,
-                "reference_is": best,
-            },
-        }
-    ]
-    worker = ray.remote(RoleWorker).options(num_cpus=0).remote(roles[0], 0, 1, _free_port(), path, cfg)
-    rows.append(_sync_row(worker, engines[roles[0]], path))
-    ray.kill(worker)
-    for e in engines.values():
-        ray.kill(e)
-    ray.shutdown()
-    return rows
+    return {
+        "figure": f"rollout: {episodes} MathChat episodes, 16 envs, 3 engines, sandbox {sandbox} (gen tok/s)",
+        "value": rollout_tokens / rollout_s,
+        "reference": "same engines and prompts, a raw batch each (tok/s)",
+        "reference_value": raw_tokens / raw_s,
+        "higher_is_better": True,
+        "detail": {
+            "rollout_s": rollout_s,
+            "raw_s": raw_s,
+            "actions": actions,
+            "requests": sum(len(v) for v in sent.values()),
+            "raw_tok_s": {k: n / sec for k, (n, sec) in raw.items()},
+            **timings,
+            "reference_is": best,
+        },
+    }
 
 
 def _raw_batches(engines: dict[str, Any], sent: dict[str, list[list[int]]], cfg: Any):

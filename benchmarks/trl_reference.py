@@ -18,28 +18,8 @@ def trl_step_seconds(path: str, tok: Any, samples: list, cfg: Any, per_prompt: i
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    from baselines.samples import prompt_ids
-
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    by_prompt: dict[str, list] = {}
-    for s in samples:
-        by_prompt.setdefault(s.task_id, []).append(s)
-    keys = list(by_prompt)
-    prompts = [f"{k}" for k in keys]
-
-    def rollout(batch_prompts, trainer):  # the given samples, as if TRL had generated them
-        # TRL's sampler repeats each prompt num_generations times: the k-th copy gets the prompt's k-th sample
-        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
-        seen: dict[str, int] = {}
-        for p in batch_prompts:
-            k = seen.get(p, 0)
-            seen[p] = k + 1
-            s = by_prompt[p][k % len(by_prompt[p])]
-            out["prompt_ids"].append(prompt_ids(tok, s.messages)[-cfg.max_prompt_tokens :])
-            out["completion_ids"].append(list(s.response_ids))
-            out["logprobs"].append([0.0] * len(s.response_ids))  # used only with TRL's own vLLM
-        return out
-
+    prompts, rollout = _given_rollout(tok, samples, cfg.max_prompt_tokens)
     n = len(samples)
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(
@@ -71,6 +51,30 @@ def trl_step_seconds(path: str, tok: Any, samples: list, cfg: Any, per_prompt: i
         )
         times = train_step_seconds(trainer)
     return times[-1]
+
+
+def _given_rollout(tok: Any, samples: list, max_prompt_tokens: int) -> tuple[list[str], Any]:
+    """TRL's prompts (one per task) and a ``rollout_func`` that hands it ``samples`` as if it had generated them."""
+    from baselines.samples import prompt_ids
+
+    by_prompt: dict[str, list] = {}
+    for s in samples:
+        by_prompt.setdefault(s.task_id, []).append(s)
+
+    def rollout(batch_prompts, trainer):
+        # TRL's sampler repeats each prompt num_generations times: the k-th copy gets the prompt's k-th sample
+        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        seen: dict[str, int] = {}
+        for p in batch_prompts:
+            k = seen.get(p, 0)
+            seen[p] = k + 1
+            s = by_prompt[p][k % len(by_prompt[p])]
+            out["prompt_ids"].append(prompt_ids(tok, s.messages)[-max_prompt_tokens:])
+            out["completion_ids"].append(list(s.response_ids))
+            out["logprobs"].append([0.0] * len(s.response_ids))  # used only with TRL's own vLLM
+        return out
+
+    return list(by_prompt), rollout
 
 
 def train_step_seconds(trainer: Any) -> list[float]:

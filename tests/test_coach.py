@@ -299,3 +299,36 @@ def test_rule_coach_rewards_answers_consistent_with_the_code_output():
     disagree, _ = verifier_score("I trust the solver. \\boxed{41}")
     assert agree > disagree
     assert "agrees" not in solver.info["coach"]["reasoning"]  # the solver acted before any code ran
+
+
+def test_the_rule_coach_takes_the_roles_rules_from_the_task_not_from_role_names():
+    """A task's own role names get the rules its roles declare: ``Role.answers`` -> answer rules, ``Role.tools`` ->
+    tool rules (issue 17: no list of the bundled tasks' role names in the coach)."""
+    from mappa_envs.coach import RuleBasedCoach
+    from mappa_envs.coach.protocol import CoachInput
+
+    def inp(**kw):
+        base = dict(
+            env_id="x",
+            task_id="t",
+            task="What is 2 + 3?",
+            task_type="math",
+            template="math",
+            agent="calc_0",
+            role="calc",
+            turn=1,
+            agent_input="What is 2 + 3?",
+            output="It is five.",
+            tool_feedback="",
+        )
+        return CoachInput(**{**base, **kw})  # fmt: skip
+
+    coach = RuleBasedCoach()
+    plain = coach.evaluate(inp())
+    answering = coach.evaluate(inp(answers=True))
+    tooled = coach.evaluate(inp(tools=("python",)))
+    assert "boxed" not in plain.reasoning and "boxed" in answering.reasoning, (plain, answering)
+    assert answering.score < plain.score
+    assert "code" in tooled.reasoning and tooled.reasoning != plain.reasoning, tooled
+    # a name listed on the coach still works (inputs built without the declarations)
+    assert RuleBasedCoach(answer_roles=("calc",)).evaluate(inp()).reasoning == answering.reasoning

@@ -88,3 +88,20 @@ def test_modules_stay_readable_in_one_sitting():
         if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
+
+
+MAX_FUNCTION_LINES = 60
+
+
+def test_functions_fit_on_a_screen():
+    """No function or method of the four packages is over 60 lines, docstring included (issue 17): a longer one is
+    split into its steps."""
+    long = {}
+    for floor in FLOORS:
+        for p in (ROOT / floor).rglob("*.py"):
+            for node in ast.walk(ast.parse(p.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    n = node.end_lineno - node.lineno + 1
+                    if n > MAX_FUNCTION_LINES:
+                        long[f"{p.relative_to(ROOT)}:{node.lineno} {node.name}"] = n
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"

@@ -702,8 +702,9 @@ def test_lost_block_is_an_issue_of_the_action_not_the_agents_fault():
     assert any("has no result" in issue and "worker" in issue for issue in action.issues), action.issues
     assert "Execution status: worker_lost" in action.tool_calls[0].feedback
     inp = inputs_for_episode(
-        env.unwrapped.record, action, task_type="math", template="mathchat", final_agent="verifier_0", is_final=False
-    )
+        env.unwrapped.record, action, task_type="math", template="mathchat", final_agent="verifier_0", is_final=False,
+        tools=env.unwrapped.role(action.agent).tools,
+    )  # fmt: skip
     ev = RuleBasedCoach().evaluate(inp)
     assert "not the agent's doing" in ev.reasoning and "error" not in ev.reasoning, ev
     env.close()

@@ -108,15 +108,16 @@ def _trainer(cfg):
 
 def _fmt_eval(e: dict) -> str:
     """An evaluation's line: accuracy (DSBench: valid submissions) with its Wilson interval, a scored task's mean
-    quality, and a MathChat team's code-executor figures (every role's are in :func:`_fmt_behaviour`)."""
+    quality, and the code figures of the team's first role with tools (every role's are in :func:`_fmt_behaviour`)."""
     from mappa_envs.metrics import wilson_interval
 
     lo, hi = wilson_interval(e["correct"], e["episodes"])
     line = f"accuracy {e['accuracy']:.1%} [{lo:.0%}, {hi:.0%}] ({e['correct']}/{e['episodes']})"
     if "mean_quality" in e:
         line += f", mean quality {e['mean_quality']:.3f}"
-    if "code_executor" in (e.get("behaviour") or {}):
-        line += f", code-executor code rate {e['code_rate']:.1%}, tool success {e['tool_success_rate']:.1%}"
+    role = e.get("tool_role", "code_executor" if "code_executor" in (e.get("behaviour") or {}) else None)
+    if role:  # an eval.json written before tool_role was recorded: MathChat's code executor
+        line += f", {role.replace('_', '-')} code rate {e['code_rate']:.1%}, tool success {e['tool_success_rate']:.1%}"
     return line
 
 

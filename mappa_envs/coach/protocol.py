@@ -68,6 +68,8 @@ class CoachInput:
     ``X_train.pkl``, ``y_train.pkl``, ``X_test.pkl``."""
     tools: tuple[str, ...] = ()
     """The tools this role may call."""
+    answers: bool = False
+    """The role states the task's answer (``Role.answers``)."""
     role_guidance: str = ""
     """The task's description of a good action of this role (``Role.coach_guidance``); empty: the template's."""
     outcome: dict[str, Any] | None = None
@@ -257,6 +259,7 @@ def inputs_for_episode(
     is_final: bool,
     artifacts: dict[str, tuple[str, ...]] | None = None,
     tools: tuple[str, ...] = (),
+    answers: bool = False,
     guidance: str = "",
 ) -> CoachInput:
     """Build the coach input of ``action`` from the episode so far (what the coach may know at that point)."""
@@ -301,6 +304,7 @@ def inputs_for_episode(
         artifacts=tuple((role, tuple(files)) for role, files in (artifacts or {}).items()),
         outcome=outcome,
         tools=tuple(tools),
+        answers=answers,
         role_guidance=guidance,
         system_prompt="\n\n".join(m["content"] for m in scaffold),
     )

@@ -92,8 +92,11 @@ class RuleBasedCoach:
     """
 
     expected_files: dict[str, tuple[str, ...]] | None = None
-    tool_roles: tuple[str, ...] = ("code_executor", "data_engineer", "modeler", "analyst")
-    answer_roles: tuple[str, ...] = ("problem_solver", "verifier")
+    tool_roles: tuple[str, ...] = ()
+    """Roles scored on tool use besides those the task gives tools (``Role.tools``)."""
+    answer_roles: tuple[str, ...] = ()
+    """Roles scored on their answer besides those the task declares answering (``Role.answers``) and the final
+    agent of a task with a ground truth."""
     name: str = "rule-based"
 
     def evaluate(self, inp: CoachInput) -> CoachEvaluation:
@@ -105,11 +108,11 @@ class RuleBasedCoach:
         expected = self.expected_files if self.expected_files is not None else dict(inp.artifacts)
         present = {f.path for f in inp.files}
         owed = [p for r in inp.earlier_roles for p in expected.get(r, ()) if p not in present]
-        if inp.role in self.tool_roles or inp.tools:
+        if inp.tools or inp.role in self.tool_roles:
             self._tool_rules(inp, out, expected, owed, card)
         if inp.outcome is not None and "valid" in inp.outcome:
             _outcome_rules(inp, owed, card)
-        if inp.role in self.answer_roles or (inp.is_final and inp.ground_truth is not None):
+        if inp.answers or inp.role in self.answer_roles or (inp.is_final and inp.ground_truth is not None):
             _answer_rules(inp, out, card)
         answer_correct = None
         if inp.ground_truth is not None:

@@ -141,6 +141,7 @@ class CoachRewardWrapper(_RewardWrapper):
             is_final=finished,
             artifacts=dict(env.artifacts) or None,
             tools=env.role(agent).tools,
+            answers=env.role(agent).answers,
             guidance=env.role(agent).coach_guidance,
         )
         if self.blocking:

@@ -61,6 +61,9 @@ class Role:
     """Names of the tools the role may call (:mod:`mappa_envs.core.tools`), e.g. ``("python",)``."""
     coach_guidance: str = ""
     """What a good action of this role looks like, for LLM coaches (overrides the coach's template for it)."""
+    answers: bool = False
+    """The role states the task's answer (in ``\\boxed{}``), final or not: coaches score its answer and its
+    calculations (MathChat's solver and verifier). A role with ``tools`` is scored on its tool use."""
     continue_instruction: str = "Your code was executed; the result is above. Continue."
     """User message after the role's own tool feedback, opening its next turn."""
     examples: tuple[tuple[str, str], ...] = ()

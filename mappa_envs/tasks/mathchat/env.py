@@ -66,6 +66,7 @@ def mathchat_roles(code_executor_turns: int = 2, prompt_style: str = "paper") ->
             text("PROBLEM_SOLVER_SYSTEM"),
             text("PROBLEM_SOLVER_INSTRUCTION"),
             examples=examples("problem_solver"),
+            answers=True,
         ),
         Role(
             "code_executor",
@@ -76,7 +77,13 @@ def mathchat_roles(code_executor_turns: int = 2, prompt_style: str = "paper") ->
             continue_instruction=text("CODE_EXECUTOR_CONTINUE"),
             examples=examples("code_executor"),
         ),
-        Role("verifier", text("VERIFIER_SYSTEM"), text("VERIFIER_INSTRUCTION"), examples=examples("verifier")),
+        Role(
+            "verifier",
+            text("VERIFIER_SYSTEM"),
+            text("VERIFIER_INSTRUCTION"),
+            examples=examples("verifier"),
+            answers=True,
+        ),
     )
 
 
