@@ -4,7 +4,6 @@ third-party package that registers a task through an entry point."""
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -13,10 +12,9 @@ from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
 from mappa_envs.core import get_tool, list_tools
 
 
-def test_example_task_is_one_small_module():
-    import mappa_envs.tasks.sql_query as mod
+def test_the_example_task_registers_its_tool_beside_the_built_in_one():
+    import mappa_envs.tasks.sql_query  # noqa: F401  (its import registers the "sql" tool)
 
-    assert len(Path(mod.__file__).read_text().splitlines()) <= 200
     assert {"python", "sql"} <= set(list_tools())
 
 
