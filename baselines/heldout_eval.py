@@ -35,7 +35,7 @@ def evaluate_heldout(
 
     k = samples or cfg.eval_samples
     kwargs = heldout_env_kwargs(cfg.env_id, cfg.env_kwargs, split)
-    episodes, tool_role = _capped(cfg.env_id, kwargs, episodes)
+    episodes, tool_role = _probe_heldout(cfg.env_id, kwargs, episodes)
     t0 = time.perf_counter()
     records = run_episodes(
         lambda: mappa_envs.make(cfg.env_id, **kwargs),
@@ -69,9 +69,10 @@ def evaluate_heldout(
     }
 
 
-def _capped(env_id: str, kwargs: dict[str, Any], episodes: int) -> tuple[int, str | None]:
-    """``episodes``, or the number of held-out tasks when there are fewer (with a warning: each is evaluated once);
-    and the team's first role with tools (MathChat's code executor), or None."""
+def _probe_heldout(env_id: str, kwargs: dict[str, Any], episodes: int) -> tuple[int, str | None]:
+    """What the evaluation needs to know of the held-out env before it plays it: ``episodes``, or the number of
+    held-out tasks when there are fewer (with a warning: each is evaluated once); and the team's first role with
+    tools (MathChat's code executor), or None."""
     import warnings
 
     probe = mappa_envs.make(env_id, **kwargs)
