@@ -350,13 +350,13 @@ class RoleWorker:
         into its object store before this actor runs anything else."""
         if self.cfg.zero_stage == 3:
             state = self.full_state()
-            return None if state is None else pack_weights(state)
+            return None if state is None else pack_weights(state, self.cfg.resolved_engine_dtype())
         if self.rank != 0:
             return None
         state = {name: p.data for name, p in self.engine.module.named_parameters()}
         if self.tied and "lm_head.weight" not in state:
             state["lm_head.weight"] = state["model.embed_tokens.weight"]
-        return pack_weights(state)
+        return pack_weights(state, self.cfg.resolved_engine_dtype())
 
     def save(self, path: str) -> None:
         self.engine.save_checkpoint(path, tag=self.role, save_latest=False)

@@ -15,21 +15,54 @@ from typing import Any
 from .policies import Generation
 from .samples import prompt_ids
 
+# ----------------------------------------------------------------------------------------------- dtype
+
+
+def native_bf16(device: str) -> bool:
+    """Whether ``device`` ('cpu' or 'cuda') computes bfloat16 natively: a GPU, or a CPU whose flags in
+    ``/proc/cpuinfo`` include ``avx512_bf16`` or ``amx_bf16`` (oneDNN's bf16 matmuls; without them bf16 is
+    emulated and slower than float32)."""
+    if device != "cpu":
+        return True
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    except OSError:
+        pass
+    return False
+
+
+def resolve_engine_dtype(requested: str, device: str = "cpu", trainer_dtype: str = "float32") -> str:
+    """An engine dtype setting (``TrainConfig.engine_dtype``) made concrete: 'auto' is bfloat16 where ``device``
+    computes it natively (:func:`native_bf16`), else ``trainer_dtype``."""
+    if requested != "auto":
+        return requested
+    return "bfloat16" if native_bf16(device) else trainer_dtype
+
+
 # ----------------------------------------------------------------------------------------------- weight transfer
 
 
-def pack_weights(state: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+def pack_weights(state: dict[str, Any], dtype: str | None = None) -> dict[str, tuple[Any, str]]:
     """A state dict as numpy arrays (with each tensor's dtype name), for Ray's object store: Ray writes numpy
     arrays into shared memory out of band, once, and a reader on the same node maps them without a copy, where a
     pickled torch tensor is copied in and out of the pickle. bfloat16, which numpy lacks, travels as int16 bits.
-    The arrays are views of the tensors where those are contiguous CPU tensors: pack right before handing over."""
+    ``dtype`` (a torch dtype name): floating tensors are cast to it first (the engine's dtype: a bfloat16 engine
+    gets half the bytes of a float32 trainer's weights). The arrays are views of the tensors where those are
+    contiguous CPU tensors already in that dtype: pack right before handing over."""
     import torch
 
+    cast = getattr(torch, dtype) if dtype else None
     out: dict[str, tuple[Any, str]] = {}
     for name, t in state.items():
         t = t.detach()
         if t.device.type != "cpu":
             t = t.cpu()
+        if cast is not None and t.is_floating_point() and t.dtype != cast:
+            t = t.to(cast)
         t = t.contiguous()
         dtype = str(t.dtype).removeprefix("torch.")
         out[name] = ((t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy(), dtype)

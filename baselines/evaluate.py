@@ -61,6 +61,9 @@ class EvalConfig:
     concurrency: int = 16
     engine: str = "vllm"
     """Local models: ``vllm`` (in-process engine) or ``transformers``."""
+    engine_dtype: str = "auto"
+    """The vLLM engine's dtype: as ``TrainConfig.engine_dtype`` ('auto': bfloat16 where the device computes it
+    natively, as the training run's engines), 'float32' or 'bfloat16'."""
     dsbench_data_dir: str | None = None
     """Evaluate on the original DSBench eval tasks at this path instead of DSBench-lite's."""
     sandbox: str | None = None

@@ -137,6 +137,8 @@ def scatter_responses(rows: list[torch.Tensor], response_mask: torch.Tensor) -> 
 class LocalTrainer(TrainerBase):
     """Everything in this process: transformers generation, plain torch updates (see the module docstring)."""
 
+    kind = "local"
+
     def __init__(self, cfg: TrainConfig):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 

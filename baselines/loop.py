@@ -19,6 +19,7 @@ back and only the missing ones are rolled out (episode ``i`` of an iteration alw
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -86,7 +87,14 @@ class TrainerBase:
     """The iteration loop; subclasses implement :meth:`policies`, :meth:`update`, :meth:`sync`,
     :meth:`save_state` and :meth:`load_state`."""
 
+    kind: str = ""
+    """The ``TrainConfig.trainer`` value this class implements (``"ray"``, ``"local"``)."""
+
     def __init__(self, cfg: TrainConfig):
+        if self.kind and cfg.trainer != self.kind:
+            # the class was chosen directly (``LocalTrainer(cfg)``): its checks (the memory estimate differs by
+            # trainer) and the saved config.json must describe the trainer that runs, not the field's default
+            cfg = dataclasses.replace(cfg, trainer=self.kind)
         self.cfg = cfg
         probe = mappa_envs.make(cfg.env_id, **cfg.env_kwargs)
         self.roles = [r.name for r in probe.unwrapped.roles]

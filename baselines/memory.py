@@ -268,7 +268,7 @@ def estimate_memory(
         budget = budget or memory_budget("ray-host")
         kv = max(1, round(cfg.engine_kv_cache_gb))
         parts[f"vLLM engines ({n_roles} x (weights + {kv} GiB KV cache + runtime))"] = n_roles * (
-            P * b + kv * GiB + ENGINE_RUNTIME_GIB * GiB
+            P * _dtype_bytes(cfg.resolved_engine_dtype()) + kv * GiB + ENGINE_RUNTIME_GIB * GiB
         )
     for name, value in states.items():
         parts[f"ranks ({n_roles} roles x {W}): {name}"] = n_roles * value

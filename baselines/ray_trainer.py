@@ -103,6 +103,8 @@ def ray_init(cfg: TrainConfig) -> None:
 
 
 class RayTrainer(TrainerBase):
+    kind = "ray"
+
     def __init__(self, cfg: TrainConfig):
         super().__init__(cfg)
         import ray
@@ -115,12 +117,11 @@ class RayTrainer(TrainerBase):
                 "share_model is a single-process option (trainer='local'); the Ray trainer keeps one model per role"
             )
         self.device = cfg.resolved_device()
-        dtype = cfg.resolved_dtype()
         path = resolve_model(cfg.model)  # converts/creates it once, here, before the actors read it
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         ray_init(cfg)
         self._ray = ray
-        self._start_actors(path, dtype)
+        self._start_actors(path, cfg.resolved_engine_dtype())
         self._policies = {role: self._policy(self.engines[role], cfg.temperature) for role in self.roles}
         self.sync_seconds: list[float] = []
         self.sync_by_role: dict[str, float] = {}
@@ -129,9 +130,10 @@ class RayTrainer(TrainerBase):
         self._stepped: set[str] = set()  # roles whose trainer has taken a step (their policy is not the reference)
         self._parallel_updates = cfg.parallel_updates if cfg.parallel_updates is not None else self.device == "cuda"
 
-    def _start_actors(self, path: str, dtype: str) -> None:
-        """A vLLM engine and ``world_size`` DeepSpeed ranks per role, ready when this returns. On GPU every actor
-        takes an equal share of the GPUs (engines start one at a time: vLLM profiles free memory at start-up)."""
+    def _start_actors(self, path: str, engine_dtype: str) -> None:
+        """A vLLM engine (weights in ``engine_dtype``) and ``world_size`` DeepSpeed ranks per role, ready when this
+        returns. On GPU every actor takes an equal share of the GPUs (engines start one at a time: vLLM profiles free
+        memory at start-up)."""
         ray, cfg = self._ray, self.cfg
         n_actors = len(self.roles) * (1 + cfg.world_size)
         if self.device == "cuda":
@@ -148,7 +150,7 @@ class RayTrainer(TrainerBase):
         for i, role in enumerate(self.roles):
             self.engines[role] = Engine.options(name=None, **opts).remote(
                 path,
-                dtype=dtype,
+                dtype=engine_dtype,
                 device=self.device,
                 seed=cfg.seed + i,
                 max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
@@ -356,9 +358,7 @@ class RayTrainer(TrainerBase):
         one after the other when their updates do (CPU): the transient copies of one role's weights (the gathered
         state, the engine's incoming copy) are then alive at a time, not every role's (measured: syncing three
         135M roles at once was what pushed the smoke preset on SmolLM2 over Ray's memory limit)."""
-        ray = self._ray
-        t0 = time.perf_counter()
-        loads = []
+        ray, t0, loads = self._ray, time.perf_counter(), []
         self.sync_by_role = {}
         for role in sorted(self._stale):
             t_role = time.perf_counter()

@@ -126,9 +126,14 @@ def build_policies(team: Mapping[str, Mapping[str, str]], cfg: EvalConfig) -> di
             if cfg.engine == "vllm":
                 from transformers import AutoTokenizer
 
-                from .engines import VLLMEngine, VLLMPolicy
+                from .engines import VLLMEngine, VLLMPolicy, resolve_engine_dtype
 
-                engine = VLLMEngine(path, seed=cfg.seed, max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens + 8)
+                engine = VLLMEngine(
+                    path,
+                    dtype=resolve_engine_dtype(cfg.engine_dtype, _device()),
+                    seed=cfg.seed,
+                    max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens + 8,
+                )
                 shared[path] = VLLMPolicy(
                     engine,
                     AutoTokenizer.from_pretrained(path),
@@ -149,3 +154,9 @@ def build_policies(team: Mapping[str, Mapping[str, str]], cfg: EvalConfig) -> di
 
 
 __all__ = ["OpenAIPolicy", "build_policies", "team_from_args"]
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -117,15 +117,19 @@ def test_smoke_with_smollm2_does_not_fit_24_gib_and_the_suggestion_does(capsys, 
     GiB of the machine's memory in use, ~0.8 GiB of it other processes). The budget is this machine's: 24 GB less
     what Ray's memory monitor keeps free (stage 0 alone, ~23.1 GiB, would not fit)."""
     monkeypatch.setenv("MAPPA_MEMORY_BUDGET_GB", "21.5")
-    cfg = preset("smoke", model="smollm2-135m", device="cpu", pack_tokens=0)  # padded micro-batches of 4
+    # padded micro-batches of 4, float32 engines (as measured)
+    cfg = preset("smoke", model="smollm2-135m", device="cpu", pack_tokens=0, engine_dtype="float32")
     mem = by_name(check_config(cfg))["memory"]
     est = mem.data
     assert not mem.ok and est.budget == 21.5 and est.total == pytest.approx(29.1, abs=0.1)
+    # bfloat16 engines hold their weights in half the bytes: 3 x 135M x 2 bytes less
+    bf16 = estimate_memory(dataclasses.replace(cfg, engine_dtype="bfloat16"), model_shape(cfg.model), 3)
+    assert est.total - bf16.total == pytest.approx(3 * model_shape(cfg.model).params * 2 / 2**30, rel=1e-6)
     assert est.suggestion == {"zero_stage": 0, "gradient_checkpointing": True}
     fixed = estimate_memory(dataclasses.replace(cfg, **est.suggestion), model_shape(cfg.model), 3)
     assert fixed.total <= 24 and fixed.total == pytest.approx(est.suggested_total)
     assert "--zero-stage 0 --gradient-checkpointing" in mem.detail
-    smoke = ("--preset", "smoke", "--model", "smollm2-135m", "--pack-tokens", "0")
+    smoke = ("--preset", "smoke", "--model", "smollm2-135m", "--pack-tokens", "0", "--engine-dtype", "float32")
     rc, out, _ = dry_run(capsys, *smoke)
     assert rc == 1 and "--zero-stage 0 --gradient-checkpointing" in out
     # the flags it suggests pass the check
@@ -143,11 +147,13 @@ def test_memory_check_can_be_skipped(capsys):
 
 
 def test_demo_fits_24_gib_and_a_tiny_budget_has_no_fix(monkeypatch):
-    cfg = preset("demo", device="cpu")
+    cfg = preset("demo", device="cpu", engine_dtype="float32")  # 'auto' depends on the CPU's bf16 support
     est = by_name(check_config(cfg))["memory"].data
     # the weight sync runs one role at a time on CPU: one role's transient copies (1.2 GiB) count, not three; a
     # prefix pack of 768 tokens has at most 384 response tokens' logits (0.12 GiB more than one padded row's)
     assert est.fits and est.total == pytest.approx(20.42, abs=0.05)
+    bf16 = by_name(check_config(dataclasses.replace(cfg, engine_dtype="bfloat16")))["memory"].data
+    assert bf16.fits and bf16.total == pytest.approx(20.42 - 0.76, abs=0.05)  # 3 engines' weights in half the bytes
     monkeypatch.setenv("MAPPA_MEMORY_BUDGET_GB", "4")
     mem = by_name(check_config(cfg))["memory"]
     assert not mem.ok and mem.data.suggestion is None and "a smaller model" in mem.detail

@@ -53,6 +53,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("-k", type=int, default=1, help="samples per problem")
     _add_team_options(p)
     p.add_argument("--engine", default="vllm", help="local models: vllm (in-process engine) | transformers")
+    p.add_argument(
+        "--engine-dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16"),
+        help="the vLLM engine's dtype (auto: bfloat16 where the device computes it natively, as mappa train's)",
+    )
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--max-new-tokens", type=int, default=512)
     p.add_argument("--max-prompt-tokens", type=int, default=3072)
@@ -155,6 +161,7 @@ def _eval_config(args: argparse.Namespace):
         limit=args.limit,
         concurrency=args.concurrency,
         engine=args.engine,
+        engine_dtype=args.engine_dtype,
         dsbench_data_dir=args.dsbench_data_dir,
         sandbox=args.sandbox,
         mathchat_kwargs=mathchat_kwargs,

@@ -91,6 +91,12 @@ TRAIN_OPTIONS: tuple[Option, ...] = (
         const=True,
     ),
     _o("--engine-kv-cache-gb", "engine_kv_cache_gb", "vLLM KV cache per engine on CPU (GiB)", type=float),
+    _o(
+        "--engine-dtype",
+        "engine_dtype",
+        "the vLLM engines' dtype: float32, bfloat16, or auto (bfloat16 where the device computes it natively)",
+        choices=("auto", "float32", "bfloat16"),
+    ),
     Option(
         "--no-memory-check",
         "memory_check",

@@ -199,7 +199,13 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
             raise
         print(f"mappa train: {e}", file=sys.stderr)
         return 1
-    print(f"[{cfg.trainer} trainer ready in {time.monotonic() - t0:.0f}s]", flush=True)
+    weights = f"trainer {cfg.resolved_dtype()}"
+    if cfg.trainer == "ray":
+        weights += f", engines {cfg.resolved_engine_dtype()}"
+    print(
+        f"[{cfg.trainer} trainer ready in {time.monotonic() - t0:.0f}s; {weights} on {cfg.resolved_device()}]",
+        flush=True,
+    )
     trainer.on_phase = lambda line: print(line, flush=True)
     eval_path = out / "eval.json"
     evals = _stored_evaluations(cfg, eval_path, saved)
