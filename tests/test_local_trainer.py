@@ -164,3 +164,20 @@ def test_dsbench_trains_every_role(tiny_model, tmp_path):
     for rec in records:
         assert rec.outcome["valid"] is False and "submission.csv" in rec.outcome["reason"]  # random text: no code
         assert rec.metadata["metric"] and set(rec.metadata["workspace_files"]) >= {"train.csv", "test.csv"}
+
+
+@needs
+def test_a_trainer_class_is_checked_as_the_trainer_it_is(tiny_model, tmp_path, monkeypatch):
+    """``LocalTrainer(cfg)`` with the field's default ``trainer="ray"``: the memory check estimates the local
+    trainer (one process, no engines), and config.json says so. Checked as a Ray run (three vLLM engines, ~10 GiB),
+    the tiny model was refused under a 4 GB budget (CI saw it when other tests held the machine's memory)."""
+    from baselines.local_trainer import LocalTrainer, TrainConfig
+
+    monkeypatch.setenv("MAPPA_MEMORY_BUDGET_GB", "4")
+    cfg = TrainConfig(model=tiny_model, iterations=1, prompts_per_iteration=2, max_new_tokens=8, out_dir=str(tmp_path))
+    assert cfg.trainer == "ray"
+    trainer = LocalTrainer(cfg)
+    try:
+        assert trainer.cfg.trainer == "local" and cfg.trainer == "ray"  # the caller's object is left as it was
+    finally:
+        trainer.close()

@@ -19,6 +19,7 @@ needs_deepspeed = pytest.mark.skipif(
 
 
 def _worker_checks(queue) -> None:
+    import dataclasses
     import os
     import socket
 
@@ -34,7 +35,9 @@ def _worker_checks(queue) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     path = str(tiny_model_dir())
-    cfg = TrainConfig(model=path, zero_stage=0, micro_batch=2, lr=1e-3, temperature=0.7, max_new_tokens=16)
+    cfg = TrainConfig(
+        model=path, zero_stage=0, micro_batch=2, lr=1e-3, temperature=0.7, max_new_tokens=16, engine_dtype="float32"
+    )
     gen = torch.Generator().manual_seed(0)
     samples = []
     for i in range(5):  # lengths differ: the length order is not the given order
@@ -63,6 +66,10 @@ def _worker_checks(queue) -> None:
     packed = b.engine_weights()
     state = dict(unpack_weights(packed))
     out["packed_exact"] = all(torch.equal(state[k], sb[k]) for k in sb) and "lm_head.weight" in state
+    # a bfloat16 engine gets the weights rounded to bfloat16 (half the bytes), nothing else changed
+    b.cfg = dataclasses.replace(cfg, engine_dtype="bfloat16")
+    half = dict(unpack_weights(b.engine_weights()))
+    out["packed_bf16"] = all(half[k].dtype == torch.bfloat16 and torch.equal(half[k], sb[k].bfloat16()) for k in sb)
     queue.put(out)
 
 
@@ -168,7 +175,7 @@ def test_the_fast_paths_compute_what_the_slow_ones_did():
     assert out["moved"] > 1e-4, out  # the step moved the weights (lr 1e-3, no weight decay) ...
     assert out["a_vs_b"] < 1e-6, out  # ... the same way with the step's own old log-probs as with a policy pass
     assert out["gap"] < 1e-5, out  # the behaviour log-probs given were this policy's: no gap
-    assert out["packed_exact"], out
+    assert out["packed_exact"] and out["packed_bf16"], out
 
 
 @needs_deepspeed
