@@ -11,7 +11,8 @@ beside a reference measured in the same run.
   episodes with 16 envs stepped together and the sandbox on; generated tokens per second against the same engines
   generating the same prompts (every request the rollout sent, each engine's in one batch, all submitted at once,
   prefix cache reset). Then the weight sync of one role, trainer rank -> engine, against copying the same state
-  dict in memory.
+  dict in memory; and, where the engines are not float32 (``engine_dtype`` 'auto' on a CPU with AVX512-BF16), the
+  rollout's prompts in one raw batch on such an engine against a float32 engine.
 - :func:`bench_demo_iteration`: one iteration of issue 15's demo workload (``mappa train --preset demo-arith
   --iterations 1``) with the current settings against the same with the previous demo's (micro-batches of 2 with
   gradient checkpointing, no prefix packs, the trainer's own policy pass): wall seconds per episode.
@@ -218,31 +219,55 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
     sandbox = getattr(getattr(probe.unwrapped, "_sandbox", None), "name", "?")
     probe.close()
     Engine = ray.remote(VLLMEngine).options(num_cpus=0)
+    length = cfg.max_prompt_tokens + cfg.max_new_tokens
+    dtype = cfg.resolved_engine_dtype()
     engines = {
-        role: Engine.remote(
-            path, seed=i, max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens, kv_cache_gb=cfg.engine_kv_cache_gb
-        )
+        role: Engine.remote(path, dtype=dtype, seed=i, max_model_len=length, kv_cache_gb=cfg.engine_kv_cache_gb)
         for i, role in enumerate(roles)
     }
     ray.get([e.ready.remote() for e in engines.values()])
-    rows = [_rollout_row(cfg, engines, tok, episodes, concurrent, sandbox)]
+    sent: dict[str, list[list[int]]] = {role: [] for role in roles}
+    rows = [_rollout_row(cfg, engines, tok, episodes, concurrent, sandbox, sent)]
     worker = ray.remote(RoleWorker).options(num_cpus=0).remote(roles[0], 0, 1, _free_port(), path, cfg)
-    rows.append(_sync_row(worker, engines[roles[0]], path))
+    rows.append(_sync_row(worker, engines[roles[0]], path, dtype))
     ray.kill(worker)
+    if dtype != "float32":  # the engines' dtype against float32 engines, on the rollout's prompts
+        [ray.kill(engines.pop(role)) for role in roles[1:]]
+        f32 = Engine.remote(path, dtype="float32", seed=0, max_model_len=length, kv_cache_gb=cfg.engine_kv_cache_gb)
+        rows.append(_dtype_row(engines[roles[0]], f32, dtype, [p for v in sent.values() for p in v], cfg))
+        ray.kill(f32)
     for e in engines.values():
         ray.kill(e)
     ray.shutdown()
     return rows
 
 
-def _rollout_row(cfg: Any, engines: dict[str, Any], tok: Any, episodes: int, concurrent: bool, sandbox: str) -> dict:
-    """Full MathChat rollouts on the engines (every prompt recorded), then the same prompts as raw batches."""
+def _dtype_row(engine: Any, f32: Any, dtype: str, prompts: list[list[int]], cfg: Any) -> dict[str, Any]:
+    """The rollout's prompts as one raw batch on an engine of ``dtype`` and on a float32 engine (one at a time)."""
+    import ray
+
+    kwargs, out = {"max_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}, {}
+    ray.get(f32.ready.remote())
+    for name, e in ((dtype, engine), ("float32", f32)):
+        ray.get(e.reset_prefix_cache.remote())
+        t = time.perf_counter()
+        replies = ray.get(e.generate.remote(prompts, **kwargs))
+        out[name] = sum(len(r[1]) for r in replies) / (time.perf_counter() - t)
+    figure = f"generation, {len(prompts)} rollout prompts in one batch, {dtype} engine (tok/s)"
+    reference = "the same prompts on a float32 engine (tok/s)"
+    return {"figure": figure, "value": out[dtype], "reference": reference, "reference_value": out["float32"],
+            "higher_is_better": True}  # fmt: skip
+
+
+def _rollout_row(cfg: Any, engines: dict[str, Any], tok: Any, episodes: int, concurrent: bool, sandbox: str,
+                 sent: dict[str, list[list[int]]]) -> dict:  # fmt: skip
+    """Full MathChat rollouts on the engines (every prompt recorded in ``sent``), then the same prompts as raw
+    batches."""
     import mappa_envs
     from baselines.engines import VLLMPolicy
     from baselines.rollout import run_episodes
 
     roles = list(engines)
-    sent: dict[str, list[list[int]]] = {role: [] for role in roles}
 
     class Recording(VLLMPolicy):
         def __init__(self, role: str):
@@ -312,9 +337,9 @@ def _raw_batches(engines: dict[str, Any], sent: dict[str, list[list[int]]], cfg:
     return raw, max(raw, key=lambda k: raw[k][0] / raw[k][1])
 
 
-def _sync_row(worker: Any, engine: Any, path: str) -> dict[str, Any]:
-    """The weight sync of one role, a trainer rank (the demo's, ZeRO stage 0) -> its engine, 3 times, against
-    copying the same state dict in memory."""
+def _sync_row(worker: Any, engine: Any, path: str, dtype: str) -> dict[str, Any]:
+    """The weight sync of one role, a trainer rank (the demo's, ZeRO stage 0) -> its engine (weights in ``dtype``),
+    3 times, against copying the same state dict in memory."""
     import ray
     import torch
     from transformers import AutoModelForCausalLM
@@ -333,7 +358,7 @@ def _sync_row(worker: Any, engine: Any, path: str) -> dict[str, Any]:
         copies.append(time.perf_counter() - t)
         del copy
     return {
-        "figure": "weight sync, one role, trainer rank -> vLLM engine (s, median of 3)",
+        "figure": f"weight sync, one role, trainer rank -> {dtype} vLLM engine (s, median of 3)",
         "value": statistics.median(secs),
         "reference": "copying the same state dict in memory (s)",
         "reference_value": statistics.median(copies),
@@ -344,12 +369,12 @@ def _sync_row(worker: Any, engine: Any, path: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- demo iteration
 PREVIOUS_DEMO = [
     "--micro-batch", "2", "--pack-tokens", "0", "--gradient-checkpointing", "--no-rollout-logprobs",
-    "--concurrent-generation",
+    "--concurrent-generation", "--engine-dtype", "float32",
 ]  # fmt: skip
 """The previous demo's settings (micro-batches of 2 with gradient checkpointing, the trainer's own policy pass,
-every role's engine generating at once). The smaller changes made with them are not switchable (micro-batches in
-length order, fused AdamW, no all-reduce with one rank, weights as numpy arrays): the reference is the previous
-settings on today's code, so it is faster than the previous code was."""
+every role's engine generating at once, float32 engines). The smaller changes made with them are not switchable
+(micro-batches in length order, fused AdamW, no all-reduce with one rank, weights as numpy arrays): the reference is
+the previous settings on today's code, so it is faster than the previous code was."""
 
 
 def bench_demo_iteration() -> dict[str, Any]:

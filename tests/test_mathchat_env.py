@@ -277,3 +277,21 @@ def test_the_small_model_splits_are_disjoint_by_computation():
     assert [m.get("name") for m in msgs] == [None, "example", "example", None] and "37" not in msgs[-1]["content"]
     with pytest.raises(ValueError, match="prompt_style"):
         mappa_envs.make("mappa/MathChat-v0", split="arith1-train", prompt_style="tiny")
+
+
+def test_one_fence_parser_for_tools_metrics_and_the_coach():
+    """``fenced_blocks`` is the parser of the python tool, the SQL tool, the code-rate metric and the rule coach's
+    copy rule: closed blocks by language (case-insensitive), blank ones dropped, and the block left open."""
+    from mappa_envs.core import extract_code_blocks, fenced_blocks
+    from mappa_envs.core.text import PYTHON_FENCES
+
+    text = "a\n```Python\nprint(1)\n```\n```sql\nSELECT 1\n```\n```py\n   \n```\n```\nx = 2\n```\n```python\nprint(3"
+    assert fenced_blocks(text, *PYTHON_FENCES) == (["print(1)"], "print(3")
+    assert fenced_blocks(text, "sql") == (["SELECT 1"], None)
+    # untagged fences open blocks too (the coach's copy rule); the sql block is then not code of its language
+    assert fenced_blocks(text, *PYTHON_FENCES, untagged=True) == (["print(1)", "x = 2"], "print(3")
+    assert extract_code_blocks(text) == (["print(1)"], True)
+    assert fenced_blocks("no code here", "python") == ([], None)
+    assert fenced_blocks(
+        "```python\nprint(1)\n```",
+    ) == ([], None)  # no language named: nothing opens

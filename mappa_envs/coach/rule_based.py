@@ -12,15 +12,22 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..core.text import PYTHON_FENCES, fenced_blocks
 from ..grading import extract_answer, math_equal
 from .protocol import NEUTRAL_SCORE, CoachEvaluation, CoachInput, clamp
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _CANNOT_VERIFY = ("cannot verify", "can't verify", "could not verify", "unable to verify", "failed", "error")
-_CODE_BLOCK = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL)
 _BOXED_IN_PROMPT = re.compile(r"\\boxed\{([^{}]*)\}")
 _PLACEHOLDERS = {"", "answer", "your answer", "final answer", "the answer", "number", "...", "x"}
 _STEP = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*([-+*/×x÷])\s*(\d+(?:\.\d+)?)\s*=\s*(-?\d+(?:\.\d+)?)")
+
+
+def _any_code(text: str) -> list[str]:
+    """Every code block of ``text`` for the copy and relevance rules: closed or cut off at the end, tagged python or
+    untagged (code that never ran still shows what the role wrote)."""
+    blocks, left_open = fenced_blocks(text, *PYTHON_FENCES, untagged=True)
+    return [*blocks, left_open] if left_open and left_open.strip() else blocks
 
 
 def _numbers(text: str) -> set[Fraction]:
@@ -184,8 +191,8 @@ def _gaming(inp: CoachInput, out: str) -> tuple[float, str] | None:
     of the problem's numbers (the adjustment in place of the +3/+1)."""
     if inp.task_type != "math":
         return None
-    blocks = [b for b in _CODE_BLOCK.findall(out) if b.strip()]
-    examples = {_normalized_code(c) for c in _CODE_BLOCK.findall(inp.system_prompt)} - {""}
+    blocks = _any_code(out)
+    examples = {_normalized_code(c) for c in _any_code(inp.system_prompt)} - {""}
     if blocks and any(_normalized_code(b) in examples for b in blocks):
         return (-2, "copies the worked example's code")
     task_numbers = _numbers(inp.task)

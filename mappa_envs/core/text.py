@@ -18,8 +18,9 @@ from gymnasium.spaces import Text
 
 from sandboxes import ExecResult
 
-# Fences: ```python / ```py / ```python3 (case-insensitive), closed by a line that starts with ```.
-_FENCE_OPEN = re.compile(r"^[ \t]*```[ \t]*(python3?|py)[ \t]*$", re.IGNORECASE | re.MULTILINE)
+# Fences: a line of ``` and a language name (case-insensitive) opens a block, a line of ``` closes it.
+PYTHON_FENCES = ("python", "python3", "py")
+_FENCE_OPEN = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[ \t]*$", re.MULTILINE)
 _FENCE_CLOSE = re.compile(r"^[ \t]*```[ \t]*$", re.MULTILINE)
 
 
@@ -72,19 +73,31 @@ def normalize_action(action: object) -> ParsedAction:
     return ParsedAction(text=text, code_blocks=blocks, issues=issues, raw_b64=raw_b64)
 
 
-def extract_code_blocks(text: str) -> tuple[list[str], bool]:
-    """Return the closed ```python blocks of ``text`` and whether a python fence was left open."""
+def fenced_blocks(text: str, *languages: str, untagged: bool = False) -> tuple[list[str], str | None]:
+    """The one fence parser of every tool, metric and coach: the non-blank bodies of the closed blocks of ``text``
+    whose opening ```` ``` ```` line names one of ``languages`` (case-insensitive; ``untagged``: or no language),
+    in order, and the body of such a block left open at the end (None when there is none). A block of another
+    language is skipped whole, as Markdown reads it: its closing fence opens nothing."""
+    wanted = {x.lower() for x in languages} | ({""} if untagged else set())
     blocks: list[str] = []
     pos = 0
     while m := _FENCE_OPEN.search(text, pos):
+        start = m.end() + 1  # the body starts on the line after the fence
         close = _FENCE_CLOSE.search(text, m.end())
+        ours = m.group(1).lower() in wanted
         if close is None:
-            return blocks, True
-        body = text[m.end() : close.start()].strip("\n")
-        if body.strip():
+            return blocks, text[start:].strip("\n") if ours else None
+        body = text[start : close.start()].strip("\n")
+        if ours and body.strip():
             blocks.append(body)
         pos = close.end()
-    return blocks, False
+    return blocks, None
+
+
+def extract_code_blocks(text: str) -> tuple[list[str], bool]:
+    """Return the closed ```python blocks of ``text`` and whether a python fence was left open."""
+    blocks, left_open = fenced_blocks(text, *PYTHON_FENCES)
+    return blocks, left_open is not None
 
 
 def truncate_middle(text: str, limit: int, what: str = "characters") -> str:

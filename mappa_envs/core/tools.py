@@ -11,7 +11,7 @@ SQL tool that runs ```sql blocks against a database file in the workspace::
     class SQLTool(Tool):
         name = "sql"
         def calls(self, text):
-            return fenced_blocks(text, "sql")
+            return fenced_blocks(text, "sql")[0]  # the closed ```sql blocks (mappa_envs.core.text)
         def run(self, session, call):
             return session.run(f"import sqlite3; ... {call!r} ...")
 
@@ -20,9 +20,9 @@ SQL tool that runs ```sql blocks against a database file in the workspace::
 
 from __future__ import annotations
 
-import re
-
 from sandboxes import ExecResult, Session
+
+from .text import extract_code_blocks, fenced_blocks
 
 
 class Tool:
@@ -41,15 +41,6 @@ class Tool:
         raise NotImplementedError
 
 
-def fenced_blocks(text: str, *languages: str) -> list[str]:
-    """Closed ```<language> blocks of ``text`` (any of ``languages``, case-insensitive), in order."""
-    names = "|".join(re.escape(x) for x in languages)
-    pattern = re.compile(
-        rf"^[ \t]*```[ \t]*(?:{names})[ \t]*\n(.*?)^[ \t]*```[ \t]*$", re.IGNORECASE | re.MULTILINE | re.DOTALL
-    )
-    return [m.group(1) for m in pattern.finditer(text)]
-
-
 class PythonTool(Tool):
     """Runs the action's closed ```python blocks (joined into one program) in the sandbox."""
 
@@ -57,8 +48,6 @@ class PythonTool(Tool):
     description = "write Python in a ```python block; it runs in the workspace and you see its output"
 
     def calls(self, text: str) -> list[str]:
-        from .text import extract_code_blocks
-
         blocks, _ = extract_code_blocks(text)
         return ["\n\n".join(blocks)] if blocks else []
 

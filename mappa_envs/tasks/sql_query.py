@@ -56,7 +56,7 @@ class SQLTool(Tool):
     description = "write one SQL query in a ```sql block; it runs on shop.db and you see up to 20 rows as CSV"
 
     def calls(self, text: str) -> list[str]:
-        return [q.strip() for q in fenced_blocks(text, "sql") if q.strip()]
+        return [q.strip() for q in fenced_blocks(text, "sql")[0]]
 
     def run(self, session, call: str):
         return session.run(_RUNNER.format(db=DB, query=call))
