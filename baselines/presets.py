@@ -46,9 +46,11 @@ PRESETS: dict[str, TrainConfig] = {
     # arith1-dev, never on arith1-eval.
     "demo": TrainConfig(
         env_kwargs={"split": "arith1-train", "prompt_style": "small"},
-        # pilots on arith1-dev: one iteration of 16 episodes took 200 s (rollout 62 s, update 137 s); 6 of them,
-        # start-up and two greedy evaluations of 128 problems should fit the 30 minutes (not yet run end to end)
-        iterations=6,
+        # pilots on arith1-dev: one iteration of 16 episodes took 200 s (rollout 62 s, update 137 s), so 6 of them
+        # with float32 engines (29-38 minutes in all). With bfloat16 engines (issue 15) 6 iterations took 17 min 11 s
+        # (evaluations ~110 s each, iterations 106-159 s): 8 spend the time saved on training, ~21 minutes here,
+        # leaving room for a day ~40% slower (the machine's speed varies 30-60% between days)
+        iterations=8,
         prompts_per_iteration=8,
         samples_per_prompt=2,  # the same episodes for every arm of `mappa ablate --preset demo` (GRPO needs 2)
         max_new_tokens=128,
