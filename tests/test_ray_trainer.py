@@ -47,7 +47,9 @@ def trained(tmp_path_factory):
     from baselines.ray_trainer import RayTrainer
 
     out = tmp_path_factory.mktemp("smoke")
-    cfg = preset("smoke", out_dir=str(out), progress=False, coach=COACH)
+    # float32 engines: the checks below compare the engines' log-probs with the trainer's to float32 precision
+    # (bfloat16 engines, the default on a CPU with AVX512-BF16: test_a_bf16_engine_serves_the_synced_weights)
+    cfg = preset("smoke", out_dir=str(out), progress=False, coach=COACH, engine_dtype="float32")
     trainer = RayTrainer(cfg)
     probe = trainer.tokenizer("Ann has 3 apples and buys 4 more. How many apples does she have?")["input_ids"]
     before = {r: ray.get(e.prompt_logprobs.remote(probe)) for r, e in trainer.engines.items()}
@@ -165,6 +167,51 @@ def test_roles_have_their_own_weights(trained):
     states = list(trained["states"].values())
     key = "model.layers.0.mlp.down_proj.weight"
     assert not torch.equal(states[0][key], states[1][key]) and not torch.equal(states[1][key], states[2][key])
+
+
+_BF16_SYNC = """
+import json
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from baselines.engines import VLLMEngine, pack_weights
+from baselines.models import tiny_model_dir
+
+path = str(tiny_model_dir())
+tok = AutoTokenizer.from_pretrained(path)
+probe = tok("Ann has 3 apples and buys 4 more. How many apples does she have now? Tell me.")["input_ids"]
+engine = VLLMEngine(path, dtype="bfloat16", kv_cache_gb=1, max_model_len=256)
+before = torch.tensor(engine.prompt_logprobs(probe))
+model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+gen = torch.Generator().manual_seed(0)
+with torch.no_grad():
+    for p in model.parameters():
+        p.add_(torch.randn(p.shape, generator=gen) * p.std().clamp_min(0.02))
+state = dict(model.state_dict())
+if "lm_head.weight" not in state:
+    state["lm_head.weight"] = state["model.embed_tokens.weight"]
+engine.load_weights(pack_weights(state, "bfloat16"))
+after = torch.tensor(engine.prompt_logprobs(probe))
+ids = torch.tensor([probe])
+with torch.no_grad():
+    lp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+ref = lp.gather(1, ids[0, 1:, None]).squeeze(1)
+print(json.dumps({"synced_gap": float((after - ref).abs().max()), "moved": float((before - ref).abs().max()),
+                  "mean_gap": float((after - ref).abs().mean())}))
+"""
+
+
+def test_a_bf16_engine_serves_the_synced_weights():
+    """A bfloat16 engine (the default where the CPU computes bfloat16) given float32 weights changed by noise, sent
+    as the trainer sends them (rounded to bfloat16): its log-probs of a probe are those of a float32 model with the
+    new weights, within bfloat16's rounding (0.004 measured), far closer than the old weights' (0.31 away)."""
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_NO_USAGE_STATS="1", HF_HUB_OFFLINE="1")
+    done = subprocess.run(
+        [sys.executable, "-c", _BF16_SYNC], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["synced_gap"] < 0.05 and got["moved"] > 10 * got["synced_gap"], got
 
 
 def _run(args, out, **kw):
