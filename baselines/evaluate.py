@@ -106,7 +106,7 @@ def _mean_ci(xs: Sequence[float]) -> tuple[float, float, float]:
 
 def summarize(suite: str, records: Sequence[EpisodeRecord], k: int) -> dict[str, Any]:
     n = len(records)
-    math = any("correct" in r.outcome for r in records)
+    graded = any(r.kind == "graded" for r in records)  # the task's declared outcome kind (PipelineEnv.outcome_kind)
     out: dict[str, Any] = {
         "suite": suite,
         "episodes": n,
@@ -116,14 +116,14 @@ def summarize(suite: str, records: Sequence[EpisodeRecord], k: int) -> dict[str,
         "task_ids": [r.task_id for r in records],
         "outcomes": [r.success for r in records],
     }
-    if math:
+    if not graded:
         c = sum(r.success for r in records)
         lo, hi = wilson_interval(c, n)
         by_task: dict[str, list[bool]] = {}
         for r in records:
             by_task.setdefault(r.task_id, []).append(r.success)
         out.update(
-            kind="math",
+            kind="answer",
             accuracy=c / n if n else 0.0,
             correct=c,
             ci95=[lo, hi],
@@ -133,14 +133,14 @@ def summarize(suite: str, records: Sequence[EpisodeRecord], k: int) -> dict[str,
     else:
         ok = sum(r.success for r in records)
         lo, hi = wilson_interval(ok, n)
-        q, qlo, qhi = _mean_ci([float(r.outcome.get("quality", 0.0)) for r in records])
+        q, qlo, qhi = _mean_ci([r.quality or 0.0 for r in records])
         tasks: dict[str, dict[str, Any]] = {}
         for r in records:
             t = tasks.setdefault(
                 r.task_id,
                 {"metric": r.outcome.get("metric"), "type": r.outcome.get("task_type"), "values": [], "quality": []},
             )
-            t["quality"].append(float(r.outcome.get("quality", 0.0)))
+            t["quality"].append(r.quality or 0.0)
             if r.outcome.get("valid"):
                 t["values"].append(float(r.outcome["value"]))
         per_task = {
@@ -155,7 +155,7 @@ def summarize(suite: str, records: Sequence[EpisodeRecord], k: int) -> dict[str,
             for tid, t in tasks.items()
         }
         out.update(
-            kind="dsbench",
+            kind="graded",
             success_rate=ok / n if n else 0.0,
             successes=ok,
             ci95=[lo, hi],
@@ -166,11 +166,17 @@ def summarize(suite: str, records: Sequence[EpisodeRecord], k: int) -> dict[str,
     return out
 
 
+def _graded(suite: Mapping[str, Any]) -> bool:
+    """A suite summary of a graded task (:func:`summarize`; result files written before the outcome kinds said
+    "dsbench" for "graded" and "math" for "answer")."""
+    return suite["kind"] in ("graded", "dsbench")
+
+
 def format_tables(result: Mapping[str, Any]) -> str:
     lines = [f"{'suite':<10}{'episodes':>9}  {'score':<34}{'extra'}"]
     for name, s in result["suites"].items():
         lo, hi = s["ci95"]
-        if s["kind"] == "math":
+        if not _graded(s):
             score = f"accuracy {s['accuracy']:.1%} [{lo:.1%}, {hi:.1%}]"
             extra = f"solved at least once: {s['solved_at_least_once']}/{s['problems']}"
         else:
@@ -179,7 +185,7 @@ def format_tables(result: Mapping[str, Any]) -> str:
             extra = f"mean quality {s['mean_quality']:.3f} [{qlo:.3f}, {qhi:.3f}]"
         lines.append(f"{name:<10}{s['episodes']:>9}  {score:<34}{extra}")
     for name, s in result["suites"].items():
-        if s["kind"] == "dsbench":
+        if _graded(s):
             lines += [
                 "",
                 f"{name}: per task",
@@ -305,7 +311,7 @@ def paired_comparison(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, d
             "score_b": sum(sb["outcomes"]) / n if n else 0.0,
             "ci95_a": list(wilson_interval(sum(sa["outcomes"]), n)),
             "ci95_b": list(wilson_interval(sum(sb["outcomes"]), n)),
-            "score": "accuracy" if sa["kind"] == "math" else "success rate",
+            "score": "success rate" if _graded(sa) else "accuracy",
         }
     return out
 

@@ -48,7 +48,7 @@ def evaluate_heldout(
     correct, n = accuracy(records)
     stats = role_stats(records)
     ce = stats.get(tool_role) if tool_role else None
-    quality = [float(r.outcome["quality"]) for r in records if "quality" in r.outcome]
+    quality = [r.quality for r in records if r.quality is not None]
     extra = {"mean_quality": sum(quality) / len(quality)} if quality else {}
     return {
         **extra,

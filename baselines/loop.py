@@ -41,7 +41,7 @@ from .advantages import singleton_groups, uses_process_reward
 from .checks import check_config, raise_for_failed
 from .config import TrainConfig
 from .heldout_eval import evaluate_heldout
-from .policies import Policy
+from .policies import CountsTokens, Policy
 from .rollout import run_episodes
 from .run_log import MetricsLog
 from .samples import Sample, coach_counts, samples_from_episodes, select_trainable
@@ -66,8 +66,9 @@ def role_metrics(stats: RoleStats, samples: list[Sample]) -> dict[str, float]:
 def episode_outcomes(records: list[EpisodeRecord]) -> dict[str, float]:
     """The iteration's share of successful episodes (``accuracy``) and, for a scored task, its mean quality."""
     out = {"accuracy": float(np.mean([r.success for r in records])) if records else 0.0}
-    if any("quality" in r.outcome for r in records):
-        out["mean_quality"] = float(np.mean([float(r.outcome.get("quality", 0.0)) for r in records]))
+    quality = [r.quality for r in records if r.quality is not None]
+    if quality:
+        out["mean_quality"] = float(np.mean(quality))
     return out
 
 
@@ -111,6 +112,8 @@ class TrainerBase:
         """The iteration being trained (its learning rate: ``cfg.lr_at(iteration)``)."""
         self.rollout_timings: dict[str, float] = {}
         """Where the last rollout's time went (:func:`baselines.rollout.run_episodes`' ``timings``)."""
+        self.sync_by_role: dict[str, float] = {}
+        """Seconds of each role's last weight sync into its engine (a trainer without engines: none)."""
         self.on_phase: Any = None
         """Called with one progress line after each phase of an iteration (rollout, update), or None."""
 
@@ -137,7 +140,7 @@ class TrainerBase:
         return self.policies()
 
     def generated_tokens(self) -> int:
-        return sum(getattr(p, "generated_tokens", 0) for p in self.policies().values())
+        return sum(p.generated_tokens for p in self.policies().values() if isinstance(p, CountsTokens))
 
     # ----------------------------------------------------------------- environment and tasks
     def env_fn(self, **overrides: Any):
@@ -281,7 +284,6 @@ class TrainerBase:
             "gen_tok_s": generated / gen_time if generated else 0.0,
             **self._rollout_breakdown(),
         }
-        sync_by_role = getattr(self, "sync_by_role", {})
         by_stats = role_stats(records)  # every role's at once
         for role, samples in every.items():
             metrics[role] = {
@@ -289,7 +291,7 @@ class TrainerBase:
                 **coach_counts(samples),
                 **masked[role],
                 **stats.get(role, {}),
-                **({"sync_s": sync_by_role[role]} if role in sync_by_role else {}),
+                **({"sync_s": self.sync_by_role[role]} if role in self.sync_by_role else {}),
             }
         return metrics
 

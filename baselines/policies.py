@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mappa_envs.core.policy import Conversation, Generation, Policy, ScriptedPolicy
+from mappa_envs.core.policy import Conversation, CountsTokens, Generation, Policy, ScriptedPolicy, SubmitsBatches
 
 
 @dataclass
@@ -147,10 +147,12 @@ class TransformersChatBackend:
 
 __all__ = [
     "Conversation",
+    "CountsTokens",
     "Generation",
     "GenerationConfig",
     "Policy",
     "ScriptedPolicy",
+    "SubmitsBatches",
     "TransformersChatBackend",
     "TransformersPolicy",
 ]

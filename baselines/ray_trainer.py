@@ -124,8 +124,6 @@ class RayTrainer(TrainerBase):
         self._start_actors(path, cfg.resolved_engine_dtype())
         self._policies = {role: self._policy(self.engines[role], cfg.temperature) for role in self.roles}
         self.sync_seconds: list[float] = []
-        self.sync_by_role: dict[str, float] = {}
-        """Seconds of each role's last weight sync (when roles sync one after the other)."""
         self._stale: set[str] = set()  # roles whose engine lags its trainer (the engines start from the same weights)
         self._stepped: set[str] = set()  # roles whose trainer has taken a step (their policy is not the reference)
         self._parallel_updates = cfg.parallel_updates if cfg.parallel_updates is not None else self.device == "cuda"

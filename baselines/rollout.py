@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mappa_envs.core import EpisodeRecord
-from mappa_envs.core.policy import policy_for
+from mappa_envs.core.policy import SubmitsBatches, policy_for
 
 from .policies import Generation, Policy
 
@@ -100,8 +100,10 @@ class _Rollout:
         for pid, slots in groups.items():
             batch = [self.envs[s].unwrapped.messages(self.envs[s].agent_selection) for s in slots]
             policy = by_id[pid]
-            submit = getattr(policy, "submit", None)
-            pending[pid] = submit(batch) if submit is not None else (lambda p=policy, b=batch: p.generate(b))
+            if isinstance(policy, SubmitsBatches):  # an engine: every role's batch starts before any is awaited
+                pending[pid] = policy.submit(batch)
+            else:
+                pending[pid] = lambda p=policy, b=batch: p.generate(b)
         for pid, slots in groups.items():
             t = t_gen or time.perf_counter()  # the first group's wait counts the submissions too
             replies = pending[pid]()

@@ -216,7 +216,7 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
     ray_init(cfg)
     probe = mappa_envs.make(cfg.env_id, **cfg.env_kwargs)
     roles = [r.name for r in probe.unwrapped.roles]
-    sandbox = getattr(getattr(probe.unwrapped, "_sandbox", None), "name", "?")
+    sandbox = probe.unwrapped.sandbox_backend
     probe.close()
     Engine = ray.remote(VLLMEngine).options(num_cpus=0)
     length = cfg.max_prompt_tokens + cfg.max_new_tokens

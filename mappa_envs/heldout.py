@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .core import PipelineEnv
 from .registry import _load, make, spec
 
 
@@ -68,19 +69,18 @@ def heldout_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any] | None = None,
 
     ``eval_split``: the held-out split asked for (``TrainConfig.eval_split``); tasks with named splits use it, or
     refuse a name that is theirs to give, others ignore it. Raises :class:`NoHeldOutTasks` when the task declares
-    none (:meth:`~mappa_envs.core.PipelineEnv.heldout_kwargs` returns None, or an entry point without it).
+    none (:meth:`~mappa_envs.core.PipelineEnv.heldout_kwargs` returns None, or the env is not a ``PipelineEnv``).
     """
     s = spec(env_id)
     train = {**s.kwargs, **(env_kwargs or {})}
-    factory = _load(s.entry_point)
-    declare = getattr(factory, "heldout_kwargs", None)
-    if declare is None:  # a factory function: ask the class of the env it builds
+    cls = _load(s.entry_point)
+    if not (isinstance(cls, type) and issubclass(cls, PipelineEnv)):  # a factory function: the class it builds
         env = make(env_id, **train)
         try:
-            declare = getattr(type(getattr(env, "unwrapped", env)), "heldout_kwargs", None)
+            cls = type(env.unwrapped)
         finally:
             env.close()
-    kwargs = declare(train, eval_split) if declare is not None else None
+    kwargs = cls.heldout_kwargs(train, eval_split) if issubclass(cls, PipelineEnv) else None
     if kwargs is None:
         raise NoHeldOutTasks(
             f"{env_id} declares no held-out tasks for env_kwargs={dict(env_kwargs or {})!r}, so it cannot be "

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .core import EpisodeRecord, extract_code_blocks
+from .core import EpisodeRecord, fenced_blocks, tool_languages
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -27,7 +27,8 @@ class RoleStats:
     role: str
     actions: int = 0
     code_actions: int = 0
-    """Actions containing at least one closed ```python block."""
+    """Actions holding at least one closed block in a tool's language (```python, ```sql...: :func:`tool_languages`),
+    whether or not the role could call that tool."""
     tool_actions: int = 0
     """Actions that called a tool at least once."""
     tool_calls: int = 0
@@ -55,11 +56,12 @@ class RoleStats:
 
 def role_stats(records: Sequence[EpisodeRecord]) -> dict[str, RoleStats]:
     stats: dict[str, RoleStats] = {}
+    languages = tool_languages()
     for rec in records:
         for act in rec.actions:
             s = stats.setdefault(act.role, RoleStats(act.role))
             s.actions += 1
-            s.code_actions += bool(extract_code_blocks(act.output)[0])
+            s.code_actions += bool(fenced_blocks(act.output, *languages)[0])
             s.tool_actions += bool(act.tool_calls)
             s.tool_calls += len(act.tool_calls)
             s.tool_ok += sum(c.result.ok for c in act.tool_calls)
@@ -82,9 +84,9 @@ def summary_table(records: Sequence[EpisodeRecord]) -> str:
         lines.append(f"{s.role:<16}{s.actions:>8}{s.code_rate:>8.0%}{tool:>9}{s.mean_chars:>8.0f}{s.issues:>8}")
     k, n = accuracy(records)
     lo, hi = wilson_interval(k, n)
-    name = "accuracy" if any("correct" in r.outcome for r in records) else "success rate"  # MathChat's word
+    quality = [r.quality for r in records if r.quality is not None]
+    name = "success rate" if quality else "accuracy"  # a graded task's word, an answer task's
     lines.append(f"{name}: {k}/{n} = {k / n if n else 0:.1%} (95% CI {lo:.1%}-{hi:.1%})")
-    quality = [float(r.outcome["quality"]) for r in records if "quality" in r.outcome]
     if quality:
         lines.append(f"mean quality: {sum(quality) / len(quality):.3f} over {len(quality)} episodes")
     return "\n".join(lines)

@@ -332,3 +332,11 @@ def test_the_rule_coach_takes_the_roles_rules_from_the_task_not_from_role_names(
     assert "code" in tooled.reasoning and tooled.reasoning != plain.reasoning, tooled
     # a name listed on the coach still works (inputs built without the declarations)
     assert RuleBasedCoach(answer_roles=("calc",)).evaluate(inp()).reasoning == answering.reasoning
+    # a tool role's rules read the calls' execution statuses, never the feedback's wording (issue 17)
+    worded_ok = "Execution status: ok\nstdout:\n5"
+    failed = coach.evaluate(inp(tools=("python",), tool_feedback=worded_ok, tool_status=("error",)))
+    ran = coach.evaluate(inp(tools=("python",), tool_feedback="(any text)", tool_status=("ok",), tool_stdout=("5",)))
+    assert "code raised an error" in failed.reasoning and "code ran without error" not in failed.reasoning
+    assert "code ran without error" in ran.reasoning and "code printed output" in ran.reasoning, ran
+    timed_out = coach.evaluate(inp(tools=("python",), tool_status=("ok", "timeout")))
+    assert "timed out" in timed_out.reasoning

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from tests.support import DOCKER_SKIP
+from .support import DOCKER_SKIP
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.skipif(bool(DOCKER_SKIP), reason=str(DOCKER_SKIP))]
 

@@ -37,7 +37,7 @@ def test_eval_through_endpoints_writes_tables_and_json(server, tmp_path):
     team = team_from_args(roles, role_endpoints={r: f"local@{server.url}" for r in roles})
     result = evaluate(build_policies(team, cfg), cfg, out_dir=tmp_path, team=team, log=lambda *_: None)
     aime, ds = result["suites"]["aime"], result["suites"]["dsbench"]
-    assert aime["episodes"] == 4 and aime["problems"] == 2 and aime["kind"] == "math"
+    assert aime["episodes"] == 4 and aime["problems"] == 2 and aime["kind"] == "answer"
     assert aime["ci95"] == list(wilson_interval(aime["correct"], 4))
     assert ds["episodes"] == 4 and set(ds["tasks"]) and all(t["samples"] == 2 for t in ds["tasks"].values())
     assert ds["success_rate"] == 0.0 and ds["mean_quality"] == 0.0  # the server never writes code

@@ -124,7 +124,7 @@ def test_third_party_package_registers_a_task_by_entry_point(tmp_path):
         [sys.executable, "-c", code], env={"PYTHONPATH": str(site), "PATH": ""}, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "['echoer_0'] {'correct': True, 'success': True, 'score': 1.0}" in out.stdout
+    assert "['echoer_0'] {'correct': True, 'success': True, 'score': 1.0, 'kind': 'answer'}" in out.stdout
 
 
 def test_every_outcome_says_success_and_score():
@@ -157,3 +157,51 @@ def test_every_outcome_says_success_and_score():
     with pytest.raises(ValueError, match="without 'success'"):
         env.step("hello")
     env.close()
+
+
+def test_the_outcome_kind_is_declared_and_checked():
+    """A task declares its outcome kind (``PipelineEnv.outcome_kind``): evaluation, training metrics and tables read
+    it from the record (``EpisodeRecord.kind`` / ``.quality``), not from which keys the outcome happens to hold.
+    A graded task without a quality in [0, 1], or a reward outside [0, 1], is the task's error, named."""
+    from mappa_envs.core import EpisodeRecord, PipelineEnv, Role, Task
+    from mappa_envs.core.trajectory import checked_outcome
+    from mappa_envs.metrics import summary_table
+
+    from baselines.evaluate import summarize
+
+    def run(cls):
+        env = cls([Role("solo", "s", "i")], [Task("t0", "p")], sandbox="subprocess")
+        env.reset(seed=0)
+        env.step("hello")
+        env.close()
+        return env.record
+
+    class Scored(PipelineEnv):
+        outcome_kind = "graded"
+
+        def grade(self, task, record):
+            return 0.5, {"success": True, "quality": 0.5, "correct": True}  # 'correct' does not make it an answer
+
+    rec = run(Scored)
+    assert rec.kind == "graded" and rec.quality == 0.5 and rec.outcome["kind"] == "graded"
+    assert summarize("s", [rec], k=1)["kind"] == "graded" and "mean quality: 0.500" in summary_table([rec])
+
+    class Answered(PipelineEnv):
+        def grade(self, task, record):
+            return 1.0, {"success": True}  # no 'correct': still an answer task (the default kind)
+
+    rec = run(Answered)
+    assert rec.kind == "answer" and rec.quality is None and summarize("s", [rec], k=1)["accuracy"] == 1.0
+
+    for reward, outcome, kind, why in (
+        (0.5, {"success": True}, "graded", "quality must be a number in \\[0, 1\\], not None"),
+        (0.5, {"success": True, "quality": 1.5}, "graded", "not 1.5"),
+        (2.0, {"success": True}, "answer", "a reward of 2.0, outside"),
+        (float("nan"), {"success": True}, "answer", "a reward of nan"),
+        (1.0, {"success": True}, "scored", "outcome_kind 'scored' is not one of"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            checked_outcome("T", kind, reward, outcome)
+    # records stored before the kinds: a quality made them graded
+    old = EpisodeRecord("e", "id", "t", "p", 0, outcome={"success": False, "quality": 0.25, "score": 0.25})
+    assert old.kind == "graded" and old.quality == 0.25

@@ -44,7 +44,7 @@ def test_full_episode_correct():
         ("code_executor_0", 2),
         ("verifier_0", 1),
     ]
-    assert rec.outcome == {"predicted": "42", "answer": "42", "correct": True, "success": True, "score": 1.0}
+    assert rec.outcome == {"predicted": "42", "answer": "42", "correct": True, "success": True, "score": 1.0, "kind": "answer"}
     assert all(r == 1.0 for r, _ in final.values()) and set(final) == set(env.possible_agents)
     assert all(info["correct"] is True for _, info in final.values())
     # the outcome is credited to each agent's last action
@@ -295,3 +295,23 @@ def test_one_fence_parser_for_tools_metrics_and_the_coach():
     assert fenced_blocks(
         "```python\nprint(1)\n```",
     ) == ([], None)  # no language named: nothing opens
+
+
+def test_fences_of_every_tool_language_count_and_an_open_one_is_flagged():
+    """An action's code is a block in any tool's language (``Tool.languages``): the per-role code rate counts a
+    ```sql block as it counts a ```python one, and a block of any language left open is flagged, by language."""
+    import mappa_envs.tasks.sql_query  # noqa: F401  (registers the sql tool)
+    from mappa_envs.core import ActionRecord, EpisodeRecord, normalize_action, tool_languages
+    from mappa_envs.core.text import prose, unclosed_fence
+    from mappa_envs.metrics import role_stats
+
+    assert {"python", "sql"} <= set(tool_languages())
+    assert unclosed_fence("ok\n```sql\nSELECT 1") == "sql" and unclosed_fence("```sql\nSELECT 1\n```") is None
+    assert unclosed_fence("```\nx") == ""
+    assert any("unclosed ```sql fence" in i for i in normalize_action("```sql\nSELECT").issues)
+    assert not normalize_action("```sql\nSELECT 1\n```").issues
+    assert prose("say\n```python\nprint(1)\n```\nthen \\boxed{2}\n```py\ncut") == "say\n\nthen \\boxed{2}\n"
+    rec = EpisodeRecord("e", "id", "t", "p", 0)
+    for i, out in enumerate(("```sql\nSELECT 1\n```", "```python\nprint(1)\n```", "no code", "```text\nhi\n```")):
+        rec.actions.append(ActionRecord(i, "a_0", "a", i + 1, [], out))
+    assert role_stats([rec])["a"].code_actions == 2

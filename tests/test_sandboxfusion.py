@@ -1,20 +1,22 @@
 """The SandboxFusion-compatible client against a real HTTP server speaking the same protocol.
 
-The server is mappa's own ``/run_code`` endpoint (``sandboxes.fusion_server``), backed by bubblewrap where it is
-available (else by the subprocess backend); the SandboxFusion service itself cannot be installed offline here.
+The server is mappa's own ``/run_code`` endpoint (``sandboxes.fusion_server``), backed by the subprocess backend and
+by bubblewrap where it is available; the SandboxFusion service itself cannot be installed offline here.
 """
 
 import pytest
 
 from sandboxes import ExecStatus, Limits, make_sandbox
 from sandboxes.fusion_server import serve_in_thread
-from tests.support import BWRAP_SKIP
+from .support import BWRAP_SKIP
 
 
-@pytest.fixture(scope="module")
-def url():
-    backend = "subprocess" if BWRAP_SKIP else "bubblewrap"
-    server, url = serve_in_thread(make_sandbox(backend, limits=Limits(timeout_s=5)))
+@pytest.fixture(scope="module", params=["subprocess", "bubblewrap"])
+def url(request):
+    """The service over each backend (the bubblewrap one is a real container: ``slow``, see conftest.py)."""
+    if request.param == "bubblewrap" and BWRAP_SKIP:
+        pytest.skip(BWRAP_SKIP)
+    server, url = serve_in_thread(make_sandbox(request.param, limits=Limits(timeout_s=5)))
     yield url
     server.shutdown()
 

@@ -53,6 +53,13 @@ class CoachInput:
     agent_input: str
     output: str
     tool_feedback: str
+    """What the action's tool calls showed the agents (the text the LLM coach reads)."""
+    tool_status: tuple[str, ...] = ()
+    """The execution status of each of the action's tool calls, in order (:class:`sandboxes.ExecStatus` values:
+    what the rule-based coach reads, never the feedback text)."""
+    tool_stdout: tuple[str, ...] = ()
+    tool_stderr: tuple[str, ...] = ()
+    """What each call's program printed (its own streams, without the feedback's formatting)."""
     files: tuple[FileInfo, ...] = ()
     ground_truth: str | None = None
     """Only for the final agent's last action, when the task has one."""
@@ -249,6 +256,16 @@ def workspace_files(record: EpisodeRecord, actions: list[ActionRecord]) -> tuple
     return tuple(FileInfo(p, sizes.get(p, 0), a) for p, a in sorted(written.items()))
 
 
+def _tool_results(action: ActionRecord) -> dict[str, tuple[str, ...]]:
+    """The statuses and the program's own output of the action's tool calls (:class:`CoachInput` fields)."""
+    results = [c.result for c in action.tool_calls]
+    return {
+        "tool_status": tuple(str(r.status) for r in results),
+        "tool_stdout": tuple(r.stdout for r in results),
+        "tool_stderr": tuple(r.stderr for r in results),
+    }
+
+
 def inputs_for_episode(
     record: EpisodeRecord,
     action: ActionRecord,
@@ -293,6 +310,7 @@ def inputs_for_episode(
         agent_input=agent_input,
         output=action.output,
         tool_feedback=feedback,
+        **_tool_results(action),
         files=files,
         ground_truth=gt,
         is_final=is_final,

@@ -12,10 +12,12 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..core.text import PYTHON_FENCES, fenced_blocks
+from ..core.text import PYTHON_FENCES, fenced_blocks, prose
 from ..grading import extract_answer, math_equal
 from .protocol import NEUTRAL_SCORE, CoachEvaluation, CoachInput, clamp
 
+# a program's own report of a file it could not open (Python's exception, the C library's message)
+_MISSING_FILE = re.compile(r"FileNotFoundError|No such file")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _CANNOT_VERIFY = ("cannot verify", "can't verify", "could not verify", "unable to verify", "failed", "error")
 _BOXED_IN_PROMPT = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -139,24 +141,24 @@ class RuleBasedCoach:
         self, inp: CoachInput, out: str, expected: dict[str, tuple[str, ...]], owed: list[str], card: _Scorecard
     ) -> None:
         """A tool role: how its code ran, the artifacts it owed, and whether it reported a missing input."""
-        fb = inp.tool_feedback
-        if not fb and inp.turn > 1:
+        status = set(inp.tool_status)  # the calls' execution statuses (sandboxes.ExecStatus), not feedback text
+        if not status and inp.turn > 1:
             card.note("+0 concludes without code after its earlier turn")
-        elif not fb:
+        elif not status:
             card.adjust(-2, "a tool role that ran no code")
-        elif "Execution status: ok" in fb:
+        elif status == {"ok"}:
             gamed = _gaming(inp, out)
             if gamed:
                 card.adjust(*gamed)
             else:
                 card.adjust(+3, "code ran without error")
-                if "stdout:" in fb:
+                if any(o.strip() for o in inp.tool_stdout):
                     card.adjust(+1, "code printed output")
-        elif "Execution status: timeout" in fb or "Execution status: oom" in fb:
+        elif status & {"timeout", "oom"}:
             card.adjust(-4, "code timed out or ran out of memory")
-        elif "Execution status: worker_lost" in fb:
+        elif "worker_lost" in status:
             card.note("+0 the sandbox lost the block (its warm worker died): not the agent's doing")
-        elif ("FileNotFoundError" in fb or "No such file" in fb) and owed:
+        elif owed and any(_MISSING_FILE.search(e) for e in inp.tool_stderr):
             card.note(f"+0 missing input {owed}: blamed on the agent that should have written it")
         else:
             card.adjust(-3, "code raised an error")
@@ -167,8 +169,8 @@ class RuleBasedCoach:
                 card.note(f"+0 did not write {path}: blocked by the missing upstream {owed}")
             else:
                 card.adjust(-3, f"did not write {path}")
-        prose = re.sub(r"```.*?(?:```|$)", "", out, flags=re.DOTALL).lower()  # what it says, not its code
-        if owed and (any(p.lower() in prose for p in owed) or "missing" in prose):
+        said = prose(out).lower()  # what it says, not its code
+        if owed and (any(p.lower() in said for p in owed) or "missing" in said):
             card.adjust(+2, f"reports the missing upstream input {owed}")
 
 
@@ -230,7 +232,7 @@ def _answer_rules(inp: CoachInput, out: str, card: _Scorecard) -> None:
     else:
         card.adjust(+1, "gives a \\boxed{} answer")
     if inp.task_type == "math":
-        steps = _steps(re.sub(r"```.*?(?:```|$)", "", out, flags=re.DOTALL))
+        steps = _steps(prose(out))
         wrong = [st for st in steps if not st[4]]
         if wrong:
             a, op, b, c, _ = wrong[0]

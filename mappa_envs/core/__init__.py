@@ -13,7 +13,7 @@ from .text import (
     text_space,
     truncate_middle,
 )
-from .tools import PythonTool, Tool, fenced_blocks, get_tool, list_tools, register_tool
+from .tools import PythonTool, Tool, fenced_blocks, get_tool, list_tools, register_tool, tool_languages
 from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall, read_jsonl, write_jsonl
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "render_messages",
     "sanitize",
     "text_space",
+    "tool_languages",
     "truncate_middle",
     "write_jsonl",
 ]

@@ -1,10 +1,10 @@
 """The sequential role pipeline: a PettingZoo ``AECEnv`` that every mappa task builds on.
 
 Agents act in a fixed order of roles (for MathChat: problem solver, code executor, verifier). Each role acts up
-to ``max_turns`` times; its turns end early as soon as an action contains no ```python block (or the role has no
-tool). The ```python blocks of a tool-using role are executed in the episode's sandbox session, whose workspace
-persists for the whole episode, and the tool feedback is shown to the role itself (next turn) and to every later
-role.
+to ``max_turns`` times; its turns end early as soon as an action calls none of its tools (or the role has none).
+A tool-using role's calls (```python blocks for the python tool) run in the episode's sandbox session, whose
+workspace persists for the whole episode, and the tool feedback is shown to the role itself (next turn) and to
+every later role.
 
 Observation: the agent's input as text (a rendering of its chat messages: system prompt, task, earlier agents'
 outputs and tool results, its own earlier turns). ``env.unwrapped.messages(agent)`` gives the same content as
@@ -42,7 +42,7 @@ from .text import (
     truncate_middle,
 )
 from .tools import get_tool
-from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall
+from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall, checked_outcome
 
 PYTHON_TOOL = "python"
 
@@ -98,7 +98,9 @@ class PipelineEnv(AECEnv, abc.ABC):
     coaches and the bias report group by it, a task's ``metadata["task_type"]`` overrides it per task);
     ``coach_template`` (the LLM coach's prompt template, :mod:`mappa_envs.coach.templates`); ``artifacts`` (per role,
     the workspace files it must write: the hand-over contract the rule-based coach checks); and, for evaluation,
-    the classmethod ``heldout_kwargs`` (its held-out tasks). ``grade`` returns the outcome (``success``...)."""
+    the classmethod ``heldout_kwargs`` (its held-out tasks); ``outcome_kind``: ``"answer"`` (an episode is right
+    or wrong: evaluations report accuracy) or ``"graded"`` (its result has a quality in [0, 1]: success rate and
+    mean quality). ``grade`` returns the reward and the outcome (see ``trajectory.checked_outcome``)."""
 
     metadata: dict[str, Any] = {
         "render_modes": ["human", "ansi"],
@@ -109,6 +111,7 @@ class PipelineEnv(AECEnv, abc.ABC):
     task_type: str = "task"
     coach_template: str = "default"
     artifacts: Mapping[str, tuple[str, ...]] = {}
+    outcome_kind: str = "answer"
 
     def __init__(
         self,
@@ -157,8 +160,9 @@ class PipelineEnv(AECEnv, abc.ABC):
     # ----------------------------------------------------------------- subclass hooks
     @abc.abstractmethod
     def grade(self, task: Task, record: EpisodeRecord) -> tuple[float, dict[str, Any]]:
-        """Score a finished episode: ``(reward given to every agent, outcome dict for infos/trajectory)``. The
-        outcome must hold ``success`` (bool); ``score`` (the reward, in [0, 1]) is added to it."""
+        """Score a finished episode: ``(reward in [0, 1] given to every agent, outcome dict for infos/trajectory)``.
+        The outcome must hold ``success`` (bool), and a graded task's ``quality``; ``score`` (the reward) and
+        ``kind`` are added to it."""
 
     def task_prompt(self, task: Task) -> str:
         """The task as agents read it."""
@@ -198,6 +202,11 @@ class PipelineEnv(AECEnv, abc.ABC):
         if self._session is None:
             self._session = self._sandbox.session()
         return self._session
+
+    @property
+    def sandbox_backend(self) -> str:
+        """The sandbox backend that runs this env's tool calls (``subprocess``, ``bubblewrap``, ``docker``...)."""
+        return self._sandbox.name
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         if seed is not None or self.np_random is None:
@@ -292,13 +301,7 @@ class PipelineEnv(AECEnv, abc.ABC):
     def _finish(self) -> None:
         assert self.record is not None and self.task is not None
         reward, outcome = self.grade(self.task, self.record)
-        if "success" not in outcome:
-            raise ValueError(
-                f"{type(self).__name__}.grade() returned an outcome without 'success' ({sorted(outcome)}): every "
-                "env's outcome says whether the episode succeeded (see EpisodeRecord.outcome)"
-            )
-        self.record.outcome = {**outcome, "success": bool(outcome["success"]), "score": float(reward)}
-        outcome = self.record.outcome
+        self.record.outcome = outcome = checked_outcome(type(self).__name__, self.outcome_kind, reward, outcome)
         last_action: dict[str, ActionRecord] = {a.agent: a for a in self.record.actions}
         for a in self.agents:
             self.rewards[a] = float(reward)
@@ -339,12 +342,8 @@ class PipelineEnv(AECEnv, abc.ABC):
             msgs.append({"role": "assistant", "content": sanitize(truncate_middle(act.output, self.max_action_chars))})
             if act.tool_calls:
                 feedback = "\n\n".join(c.feedback for c in act.tool_calls)
-                msgs.append(
-                    {
-                        "role": "user",
-                        "content": sanitize(f"{feedback}\n\n{role.continue_instruction.strip()}"),
-                    }
-                )
+                content = sanitize(f"{feedback}\n\n{role.continue_instruction.strip()}")
+                msgs.append({"role": "user", "content": content})
         return msgs
 
     def observe(self, agent: str) -> str:

@@ -51,6 +51,23 @@ class Policy(Protocol):
         ...
 
 
+@runtime_checkable
+class SubmitsBatches(Protocol):
+    """A policy that can start a batch and wait for it later (an engine actor): rollouts submit every role's batch
+    of a round before waiting for any, so engines of different roles generate at once."""
+
+    def submit(self, batch: Sequence[Conversation]) -> Callable[[], list[str]]:
+        """Start generating one reply per conversation; the returned function waits for them, in order."""
+        ...
+
+
+@runtime_checkable
+class CountsTokens(Protocol):
+    """A policy that counts the tokens it generated (training's tokens/s figures)."""
+
+    generated_tokens: int
+
+
 class ScriptedPolicy:
     """Replies from a function of the conversation, or from a fixed list (cycled)."""
 
@@ -86,4 +103,4 @@ def policy_for(policies: Policy | Mapping[str, Policy], agent: str, role: str) -
     raise KeyError(f"no policy for agent {agent!r} (role {role!r}); given: {sorted(policies)}")
 
 
-__all__ = ["Conversation", "Generation", "Policy", "ScriptedPolicy", "policy_for"]
+__all__ = ["Conversation", "CountsTokens", "Generation", "Policy", "ScriptedPolicy", "SubmitsBatches", "policy_for"]

@@ -67,10 +67,10 @@ def normalize_action(action: object) -> ParsedAction:
         issues.append("action contains U+FFFD replacement characters")
     if not text.strip():
         issues.append("empty action")
-    blocks, unclosed = extract_code_blocks(text)
-    if unclosed:
-        issues.append("unclosed ```python fence: that block was not executed")
-    return ParsedAction(text=text, code_blocks=blocks, issues=issues, raw_b64=raw_b64)
+    left_open = unclosed_fence(text)
+    if left_open is not None:
+        issues.append(f"unclosed ```{left_open} fence: no tool runs that block")
+    return ParsedAction(text=text, code_blocks=extract_code_blocks(text)[0], issues=issues, raw_b64=raw_b64)
 
 
 def fenced_blocks(text: str, *languages: str, untagged: bool = False) -> tuple[list[str], str | None]:
@@ -79,19 +79,47 @@ def fenced_blocks(text: str, *languages: str, untagged: bool = False) -> tuple[l
     in order, and the body of such a block left open at the end (None when there is none). A block of another
     language is skipped whole, as Markdown reads it: its closing fence opens nothing."""
     wanted = {x.lower() for x in languages} | ({""} if untagged else set())
-    blocks: list[str] = []
+    blocks, left_open = [], None
+    for language, body, closed in _fences(text):
+        if language in wanted and not closed:
+            left_open = body
+        elif language in wanted and body.strip():
+            blocks.append(body)
+    return blocks, left_open
+
+
+def _fences(text: str) -> list[tuple[str, str, bool]]:
+    """Every fenced block of ``text``: (its language, lower-case, "" when untagged; its body; whether it closed)."""
+    out = []
     pos = 0
     while m := _FENCE_OPEN.search(text, pos):
         start = m.end() + 1  # the body starts on the line after the fence
         close = _FENCE_CLOSE.search(text, m.end())
-        ours = m.group(1).lower() in wanted
+        end = close.start() if close else len(text)
+        out.append((m.group(1).lower(), text[start:end].strip("\n"), close is not None))
         if close is None:
-            return blocks, text[start:].strip("\n") if ours else None
-        body = text[start : close.start()].strip("\n")
-        if ours and body.strip():
-            blocks.append(body)
+            break
         pos = close.end()
-    return blocks, None
+    return out
+
+
+def unclosed_fence(text: str) -> str | None:
+    """The language of a fenced block ``text`` leaves open at its end ("" when untagged), or None: such a block,
+    cut off mid-code (often at the token limit), is run by no tool."""
+    fences = _fences(text)
+    return fences[-1][0] if fences and not fences[-1][2] else None
+
+
+def prose(text: str) -> str:
+    """``text`` without its fenced blocks (closed or left open): what an action says, not its code."""
+    out, pos = [], 0
+    while m := _FENCE_OPEN.search(text, pos):
+        out.append(text[pos : m.start()])
+        close = _FENCE_CLOSE.search(text, m.end())
+        if close is None:
+            return "".join(out)
+        pos = close.end()
+    return "".join(out) + text[pos:]
 
 
 def extract_code_blocks(text: str) -> tuple[list[str], bool]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from sandboxes import ExecResult, Session
 
-from .text import extract_code_blocks, fenced_blocks
+from .text import PYTHON_FENCES, extract_code_blocks, fenced_blocks
 
 
 class Tool:
@@ -31,10 +31,14 @@ class Tool:
     name: str = ""
     description: str = ""
     """One line for role prompts (what the tool does and how to call it)."""
+    languages: tuple[str, ...] = ()
+    """The fence languages its calls are written in (```sql...): the default :meth:`calls` reads those blocks, and
+    the per-role metrics count an action holding one as code (:func:`tool_languages`)."""
 
     def calls(self, text: str) -> list[str]:
-        """The calls an action makes (in order); empty when it calls nothing."""
-        raise NotImplementedError
+        """The calls an action makes (in order); empty when it calls nothing. By default each closed block of one
+        of its ``languages``."""
+        return [b.strip() for b in fenced_blocks(text, *self.languages)[0]]
 
     def run(self, session: Session, call: str) -> ExecResult:
         """Run one call in the episode's sandbox session."""
@@ -45,6 +49,7 @@ class PythonTool(Tool):
     """Runs the action's closed ```python blocks (joined into one program) in the sandbox."""
 
     name = "python"
+    languages = PYTHON_FENCES
     description = "write Python in a ```python block; it runs in the workspace and you see its output"
 
     def calls(self, text: str) -> list[str]:
@@ -79,6 +84,11 @@ def list_tools() -> list[str]:
     return sorted(_TOOLS)
 
 
+def tool_languages() -> tuple[str, ...]:
+    """The fence languages of every registered tool: a block in one of them is code some tool runs."""
+    return tuple(sorted({lang for t in _TOOLS.values() for lang in t.languages}))
+
+
 register_tool(PythonTool())
 
-__all__ = ["PythonTool", "Tool", "fenced_blocks", "get_tool", "list_tools", "register_tool"]
+__all__ = ["PythonTool", "Tool", "fenced_blocks", "get_tool", "list_tools", "register_tool", "tool_languages"]

@@ -7,7 +7,7 @@ An :class:`EpisodeRecord` is what training, coaching, reports and replays read. 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,10 +97,11 @@ class EpisodeRecord:
     actions: list[ActionRecord] = field(default_factory=list)
     ground_truth: Any = None
     outcome: dict[str, Any] = field(default_factory=dict)
-    """Terminal information. Every env's holds ``success`` (bool: the episode did what the task asks) and
-    ``score`` (float in [0, 1]: the env's reward for it), plus the task's own figures (MathChat: ``predicted``,
-    ``answer``, ``correct``; DSBench: the metric, ``quality``...). Read them with :attr:`success` and
-    :attr:`score`."""
+    """Terminal information (:func:`checked_outcome`). Every env's holds ``success`` (bool: the episode did what the
+    task asks), ``score`` (float in [0, 1]: the env's reward for it) and ``kind`` (``"answer"``: right or wrong;
+    ``"graded"``: a produced result whose ``quality`` in [0, 1] it also holds), plus the task's own figures
+    (MathChat: ``predicted``, ``answer``, ``correct``; DSBench: ``metric``, ``value``, ``valid``...). Read them
+    with :attr:`success`, :attr:`score`, :attr:`kind` and :attr:`quality`."""
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def actions_of(self, agent: str) -> list[ActionRecord]:
@@ -122,6 +123,16 @@ class EpisodeRecord:
                 return float(self.outcome[key])
         return 0.0
 
+    @property
+    def kind(self) -> str:
+        """``"answer"`` or ``"graded"`` (``outcome["kind"]``; an older record: graded when it holds a quality)."""
+        return str(self.outcome.get("kind") or ("graded" if "quality" in self.outcome else "answer"))
+
+    @property
+    def quality(self) -> float | None:
+        """A graded episode's quality in [0, 1]; None for an answer task's."""
+        return float(self.outcome.get("quality", 0.0)) if self.kind == "graded" else None
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["actions"] = [a.to_dict() for a in self.actions]
@@ -139,6 +150,28 @@ class EpisodeRecord:
     @classmethod
     def from_json(cls, line: str) -> EpisodeRecord:
         return cls.from_dict(json.loads(line))
+
+
+OUTCOME_KINDS = ("answer", "graded")
+
+
+def checked_outcome(source: str, kind: str, reward: float, outcome: Mapping[str, Any]) -> dict[str, Any]:
+    """The outcome a task's ``grade`` returned, checked against the contract and completed with ``score`` (the
+    reward) and ``kind``: ``success`` must be there, the reward in [0, 1], and a graded task's ``quality`` in
+    [0, 1]. A breach is the task's bug, raised with its name (``source``), never recorded as a default."""
+    problems = []
+    if kind not in OUTCOME_KINDS:
+        problems.append(f"outcome_kind {kind!r} is not one of {OUTCOME_KINDS}")
+    if "success" not in outcome:
+        problems.append(f"an outcome without 'success' ({sorted(outcome)}): every outcome says whether it succeeded")
+    if not 0.0 <= float(reward) <= 1.0:  # NaN fails too
+        problems.append(f"a reward of {reward!r}, outside [0, 1]")
+    quality = outcome.get("quality")
+    if kind == "graded" and not (isinstance(quality, int | float) and 0.0 <= quality <= 1.0):
+        problems.append(f"a graded outcome's quality must be a number in [0, 1], not {quality!r}")
+    if problems:
+        raise ValueError(f"{source}.grade() returned " + "; ".join(problems))
+    return {**outcome, "success": bool(outcome["success"]), "score": float(reward), "kind": kind}
 
 
 def _json_default(obj: Any) -> Any:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import EpisodeRecord, PipelineEnv, Role, Task
-from ..core.tools import Tool, fenced_blocks, register_tool
+from ..core.tools import Tool, register_tool
 from ..grading import extract_answer, math_equal
 from ..heldout import pick_split
 
@@ -54,9 +54,7 @@ class SQLTool(Tool):
 
     name = "sql"
     description = "write one SQL query in a ```sql block; it runs on shop.db and you see up to 20 rows as CSV"
-
-    def calls(self, text: str) -> list[str]:
-        return [q.strip() for q in fenced_blocks(text, "sql")[0]]
+    languages = ("sql",)  # each closed ```sql block is one call (Tool.calls)
 
     def run(self, session, call: str):
         return session.run(_RUNNER.format(db=DB, query=call))

@@ -81,6 +81,7 @@ class DSBenchEnv(PipelineEnv):
     task_type = "data_science"
     coach_template = "dsbench"
     artifacts = prompts.ARTIFACTS
+    outcome_kind = "graded"  # a submission's quality in [0, 1] (scoring.Score.quality), besides its validity
 
     def __init__(
         self,
@@ -144,10 +145,6 @@ class DSBenchEnv(PipelineEnv):
         if chosen == "all":
             raise ValueError(f"{cls.env_id}: split 'all' holds the training tasks too; it is not held out")
         return {**{k: v for k, v in train_kwargs.items() if k != "task_ids"}, "split": chosen}
-
-    @property
-    def sandbox_backend(self) -> str:
-        return self._sandbox.name
 
     def ds_task(self, task: Task | None = None) -> DSTask:
         """The host-side :class:`DSTask` of ``task`` (default: the current episode's)."""
