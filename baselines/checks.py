@@ -31,6 +31,7 @@ from typing import Any
 
 from .config import TrainConfig
 from .memory import as_flags, estimate_memory, suggest_settings
+from .role_weights import effective_role_weights, role_specs, spec_problems
 from .shapes import locate_model, model_shape
 
 
@@ -184,8 +185,6 @@ def _check_options(cfg: TrainConfig) -> Check:
         problems.append(f"truncated must be 'mask' or 'keep', not {cfg.truncated!r}")
     if cfg.trainer not in ("ray", "local"):
         problems.append(f"trainer must be 'ray' or 'local', not {cfg.trainer!r}")
-    if cfg.trainer == "ray" and cfg.share_model:
-        problems.append("share_model is a single-process option (trainer='local')")
     if cfg.trainer == "local" and cfg.train_batch:
         problems.append("train_batch (several optimiser steps per iteration) is a Ray-trainer option")
     for name in ("dtype", "engine_dtype"):
@@ -246,6 +245,16 @@ def _check_memory(cfg: TrainConfig, folder: Path | None, n_roles: int | None) ->
     return Check("memory", False, est.summary() + verdict + "\n" + est.breakdown(), est)
 
 
+def _check_role_weights(cfg: TrainConfig, roles: list[str] | None) -> Check:
+    if roles is None:
+        return Check("role weights", False, "the task's roles are unknown (its env could not be built)")
+    problems = spec_problems(effective_role_weights(cfg, roles), roles, cfg.trainer)
+    if problems:
+        return Check("role weights", False, "; ".join(problems))
+    specs = role_specs(effective_role_weights(cfg, roles), roles, cfg.trainer)
+    return Check("role weights", True, ", ".join(f"{r} {s.kind}{':' + s.of if s.of else ''}" for r, s in specs.items()))
+
+
 def check_config(cfg: TrainConfig, *, roles: list[str] | None = None, n_tasks: int | None = None) -> list[Check]:
     """Every pre-flight check of ``cfg`` (see the module docstring). ``roles`` and ``n_tasks``: the training
     environment's, when the caller has built it already (otherwise it is built here). Loads no model, starts no
@@ -257,6 +266,8 @@ def check_config(cfg: TrainConfig, *, roles: list[str] | None = None, n_tasks: i
     if ev is not None:
         checks.append(ev)
     checks += [_check_estimator(cfg), _check_options(cfg)]
+    if cfg.role_weights or cfg.share_model:
+        checks.append(_check_role_weights(cfg, found_roles))
     checks.append(_check_memory(cfg, folder, len(found_roles) if found_roles else None))
     return checks
 

@@ -33,7 +33,12 @@ class TrainConfig:
     """Process-reward coach: 'rule' (RuleBasedCoach), 'none' (outcome-only runs), or 'package.module:factory' (a
     callable returning a coach, e.g. an ``LLMCoach`` on your server)."""
     share_model: bool = False
-    """One model for every role (single-process trainer only); the default gives each role its own weights."""
+    """One model for every role (single-process trainer only): ``role_weights`` with every other role
+    ``shared:<first role>``; the default gives each role its own weights."""
+    role_weights: dict[str, str] = field(default_factory=dict)
+    """Which weights each role acts and learns with, ROLE -> 'full' (its own model, the default), 'frozen' (never
+    updated, its samples not trained on) or 'shared:ROLE' (the same trainable weights as another role; single-process
+    trainer): :mod:`baselines.role_weights`."""
 
     # --- schedule
     iterations: int = 2

@@ -12,7 +12,8 @@ For debugging and machines without Ray. It shares the estimators (:mod:`baseline
    loss (epsilon 0.2) in micro-batches with gradient accumulation, gradient clipping, an AdamW step (no weight
    decay, linear warm-up, as the reference).
 
-Each role has its own weights, reference and optimiser (``share_model=True`` shares one model across roles).
+Each role has its own weights, reference and optimiser, unless ``role_weights`` freezes it or has it share another
+role's (``share_model=True``: every role on the first role's weights; :mod:`baselines.role_weights`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .advantages import RoleBatch, advantages_by_role
 from .config import TrainConfig
 from .loop import TrainerBase
 from .policies import GenerationConfig, TransformersPolicy
+from .role_weights import weight_groups
 from .samples import Sample, TokenBatch, token_logprobs, tokenize_samples
 
 __all__ = ["LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss", "scatter_responses"]
@@ -48,8 +50,12 @@ def ppo_clip_loss(
 class RoleLearner:
     """One role's trainable model, frozen reference and optimiser."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, cfg: TrainConfig):
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, cfg: TrainConfig, trained: bool = True):
         self.model, self.tokenizer, self.cfg = model, tokenizer, cfg
+        if not trained:  # a frozen role: it acts, and holds no reference or optimiser
+            model.requires_grad_(False)
+            self.ref, self.optimizer = model, None
+            return
         self.ref = copy.deepcopy(model).eval()
         for p in self.ref.parameters():
             p.requires_grad_(False)
@@ -153,11 +159,14 @@ class LocalTrainer(TrainerBase):
         torch.manual_seed(cfg.seed)
         path = resolve_model(cfg.model)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        shared = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32) if cfg.share_model else None
+        # one learner (model, reference, optimiser) per set of trained weights; a shared role acts with its owner's
+        self.groups = weight_groups(self.weights)
         self.learners: dict[str, RoleLearner] = {}
-        for role in self.roles:
-            model = shared if shared is not None else AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-            self.learners[role] = RoleLearner(model, self.tokenizer, cfg)
+        for role in [r for r in self.roles if self.weights[r].kind in ("full", "frozen")]:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            self.learners[role] = RoleLearner(model, self.tokenizer, cfg, trained=self.weights[role].kind == "full")
+        for owner, roles in self.groups.items():
+            self.learners.update({r: self.learners[owner] for r in roles})
         gen = GenerationConfig(
             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, max_prompt_tokens=cfg.max_prompt_tokens
         )
@@ -191,35 +200,40 @@ class LocalTrainer(TrainerBase):
                 [s.reward for s in ss], [s.outcome for s in ss], [s.group_id for s in ss], logp, ref
             )
         advantages = advantages_by_role(cfg.estimator, inputs, scope=cfg.advantage_scope, beta=cfg.beta_kl)
-        out: dict[str, dict[str, float]] = {}
+        out: dict[str, dict[str, Any]] = {}
         for role, ss in by_role.items():
             if not ss:
                 out[role] = {"skipped": 1, "samples": 0, "tokens": 0}
                 continue
             adv, inp = advantages[role], inputs[role]
             tokens = sum(len(a) for a in adv)
-            meta = {
+            out[role] = {
                 "samples": len(ss),
                 "tokens": tokens,
                 "kl": float(sum((a - b).sum() for a, b in zip(inp.logp, inp.ref_logp, strict=True))) / max(tokens, 1),
                 "adv_abs_mean": float(sum(a.abs().sum() for a in adv)) / max(tokens, 1),
             }
+        # one step per set of weights, on the samples of every role that trains them (each role's advantages
+        # normalised over its own samples above)
+        for owner, roles in self.groups.items():
+            live = [r for r in roles if r in batches]
+            adv = [a for r in live for a in advantages[r]]
+            if not live:
+                continue
             if max(float(a.abs().max()) for a in adv) < 1e-8:
                 # every advantage is 0 (equal rewards, no KL): the gradient is exactly 0, and an Adam step on it
                 # would still move the weights by its momentum: skip the step
-                out[role] = {"skipped": 1, "loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, **meta}
+                out.update({r: {"skipped": 1, "loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, **out[r]} for r in live})
                 continue
-            step = self.learners[role].step(batches[role], adv, cfg.lr_at(self.iteration))
-            out[role] = {"skipped": 0, **step, **meta}
+            step = self.learners[owner].step([b for r in live for b in batches[r]], adv, cfg.lr_at(self.iteration))
+            out.update({r: {"skipped": 0, **step, **out[r]} for r in live})
         return out
 
     def save_state(self, path: Path) -> None:
         # the policies generate with the learners' own modules: nothing to sync, the state is the learners'
         for role, learner in self.learners.items():
-            torch.save(
-                {"model": learner.model.state_dict(), "optimizer": learner.optimizer.state_dict()},
-                path / f"{role}.pt",
-            )
+            optimizer = learner.optimizer.state_dict() if learner.optimizer is not None else None
+            torch.save({"model": learner.model.state_dict(), "optimizer": optimizer}, path / f"{role}.pt")
 
     def export_models(self, path: Path) -> None:
         for role, learner in self.learners.items():
@@ -230,4 +244,5 @@ class LocalTrainer(TrainerBase):
         for role, learner in self.learners.items():
             state = torch.load(path / f"{role}.pt", weights_only=True)
             learner.model.load_state_dict(state["model"])
-            learner.optimizer.load_state_dict(state["optimizer"])
+            if learner.optimizer is not None:
+                learner.optimizer.load_state_dict(state["optimizer"])

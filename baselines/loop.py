@@ -42,6 +42,7 @@ from .checks import check_config, raise_for_failed
 from .config import TrainConfig
 from .heldout_eval import evaluate_heldout
 from .policies import CountsTokens, Policy
+from .role_weights import effective_role_weights, role_specs
 from .rollout import run_episodes
 from .run_log import MetricsLog
 from .samples import Sample, coach_counts, samples_from_episodes, select_trainable
@@ -75,7 +76,7 @@ def episode_outcomes(records: list[EpisodeRecord]) -> dict[str, float]:
 def _update_summary(role: str, m: dict[str, Any]) -> str:
     """``role 41s (ref 9s, fwd+bwd 29s, opt 3s, 180 tok/s)``, or why it took no step."""
     if m.get("skipped"):
-        why = "no samples" if not m.get("samples") else "all advantages 0"
+        why = "frozen" if m.get("frozen") else "no samples" if not m.get("samples") else "all advantages 0"
         return f"{role} skipped ({why})"
     parts = [f"ref {m['logprob_s']:.0f}s" if m.get("reference_pass") or m.get("policy_pass") else "no pass"]
     if "forward_backward_s" in m:
@@ -104,6 +105,8 @@ class TrainerBase:
         # every configuration problem (model on disk, pool size, GRPO's samples, held-out tasks, memory) is refused
         # here, before Ray or a model starts, not after a rollout
         raise_for_failed(check_config(cfg, roles=self.roles, n_tasks=self.n_tasks))
+        self.weights = role_specs(effective_role_weights(cfg, self.roles), self.roles, cfg.trainer)
+        """Every role's weights (:mod:`baselines.role_weights`): its own, frozen, or shared with another role."""
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.store = TrajectoryStore(self.out)
@@ -268,7 +271,8 @@ class TrainerBase:
             f"generated tok/s, {reused} re-used)"
         )
         t1 = time.perf_counter()
-        stats = self.update(by_role)
+        stats = self.update(by_role)  # frozen roles are not in by_role: never updated, never synced
+        stats.update({r: {"skipped": 1, "frozen": 1, "samples": 0} for r in every if self.weights[r].kind == "frozen"})
         train_time = time.perf_counter() - t1
         self._phase(f"update {train_time:.0f}s: " + "; ".join(_update_summary(r, stats.get(r, {})) for r in every))
         sync_time = self.sync()
@@ -302,6 +306,9 @@ class TrainerBase:
         by_role: dict[str, list[Sample]] = {}
         masked: dict[str, dict[str, int]] = {}
         for role, samples in every.items():
+            if self.weights[role].kind == "frozen":  # acts, is not trained on
+                masked[role] = {}
+                continue
             by_role[role], masked[role] = select_trainable(
                 samples,
                 mask_fallbacks=cfg.mask_coach_fallbacks and uses_process_reward(cfg.estimator),

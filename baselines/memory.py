@@ -298,12 +298,17 @@ def _local_estimate(
     one role's activations, the process."""
     P = shape.params
     b = 4  # the local trainer loads float32
-    shared = cfg.share_model
+    # role_weights: a shared role adds no model; a frozen one its weights only (no reference, gradients, AdamW)
+    specs = list(cfg.role_weights.values())
+    frozen = sum(s == "frozen" for s in specs)
+    shared = n_roles - 1 - frozen if cfg.share_model else sum(s.startswith("shared:") for s in specs)
+    models = max(1, n_roles - shared)
+    trained = max(0, models - frozen)
     parts = {
-        f"policies ({'1 shared' if shared else n_roles} x fp32)": (1 if shared else n_roles) * P * b,
-        f"references ({n_roles} x fp32)": n_roles * P * b,
-        "gradients (fp32)": (1 if shared else n_roles) * P * 4,
-        f"AdamW states ({n_roles} optimisers)": n_roles * 8 * P,
+        f"policies ({models} x fp32{f', {shared} role(s) sharing' if shared else ''})": models * P * b,
+        f"references ({trained} x fp32)": trained * P * b,
+        "gradients (fp32)": trained * P * 4,
+        f"AdamW states ({trained} optimisers)": trained * 8 * P,
         "generation KV cache": cfg.concurrency
         * (cfg.max_prompt_tokens + cfg.max_new_tokens)
         * shape.num_layers

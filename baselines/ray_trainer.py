@@ -112,10 +112,6 @@ class RayTrainer(TrainerBase):
 
         from .models import resolve_model
 
-        if cfg.share_model:
-            raise ValueError(
-                "share_model is a single-process option (trainer='local'); the Ray trainer keeps one model per role"
-            )
         self.device = cfg.resolved_device()
         path = resolve_model(cfg.model)  # converts/creates it once, here, before the actors read it
         self.tokenizer = AutoTokenizer.from_pretrained(path)

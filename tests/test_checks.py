@@ -175,6 +175,10 @@ def test_estimate_scales_with_settings():
     local = estimate_memory(dataclasses.replace(base, trainer="local"), shape, 3, budget=(24, "fixed"))
     shared = estimate_memory(dataclasses.replace(base, trainer="local", share_model=True), shape, 3)
     assert shared.total < local.total < total()
+    named = dataclasses.replace(base, trainer="local", role_weights={"b": "shared:a", "c": "shared:a"})
+    assert estimate_memory(named, shape, 3).total == pytest.approx(shared.total)  # the same weights, spelled out
+    frozen = estimate_memory(dataclasses.replace(base, trainer="local", role_weights={"c": "frozen"}), shape, 3)
+    assert shared.total < frozen.total < local.total
 
 
 def test_train_flags_reach_the_config(capsys):
@@ -284,3 +288,41 @@ def test_held_out_tasks_that_are_in_the_training_pool_are_refused():
     # the task's own held-out split (eval_split None) is AIME-32, disjoint from it
     ok = by_name(check_config(TrainConfig(env_kwargs={"split": "aime-train-512"}, eval_split=None, eval_episodes=4)))
     assert ok["eval"].ok and "'aime-eval-32'" in ok["eval"].detail
+
+
+def test_role_weight_specs_are_checked():
+    """Every spec is parsed and checked against the task's roles and the trainer before anything starts."""
+    from baselines.role_weights import parse_spec, role_specs, spec_problems, weight_groups
+
+    roles = ["a", "b", "c"]
+    assert weight_groups(role_specs({"b": "shared:a", "c": "frozen"}, roles, "local")) == {"a": ["a", "b"]}
+    for weights, trainer, why in (
+        ({"d": "full"}, "local", "names 'd', not a role"),
+        ({"a": "half"}, "local", "expected full, full@MODEL"),
+        ({"a": "shared:a"}, "local", "another role"),
+        ({"a": "frozen", "b": "shared:a"}, "local", "a is frozen"),
+        ({"b": "shared:a"}, "ray", "single-process trainer only"),
+        ({"a": "lora:8"}, "local", "not built yet"),
+        ({"a": "full@other-model"}, "local", "not built yet"),
+    ):
+        problems = spec_problems(weights, roles, trainer)
+        assert any(why in p for p in problems), (weights, problems)
+    assert parse_spec("lora").rank is None and parse_spec("full@m").model == "m"
+    with pytest.raises(ValueError, match="frozen@m"):
+        parse_spec("frozen@m")
+
+
+def test_role_weights_on_the_command_line(capsys):
+    """``--role-weights ROLE=SPEC`` (repeatable) reaches the configuration and its check; a bad one is refused."""
+    args = cli.build_parser().parse_args(
+        ["train", "--preset", "smoke", "--trainer", "local", "--role-weights", "verifier=frozen",
+         "--role-weights", "code_executor=shared:problem_solver"]
+    )  # fmt: skip
+    cfg = train_command.train_config(args)
+    assert cfg.role_weights == {"verifier": "frozen", "code_executor": "shared:problem_solver"}
+    checks = {c.name: c for c in check_config(cfg)}
+    assert checks["role weights"].ok and "verifier frozen" in checks["role weights"].detail
+    bad = dataclasses.replace(cfg, trainer="ray")
+    assert not {c.name: c for c in check_config(bad)}["role weights"].ok
+    with pytest.raises(SystemExit, match="ROLE=SPEC"):
+        train_command.train_config(cli.build_parser().parse_args(["train", "--role-weights", "verifier"]))

@@ -163,11 +163,10 @@ def test_the_outcome_kind_is_declared_and_checked():
     """A task declares its outcome kind (``PipelineEnv.outcome_kind``): evaluation, training metrics and tables read
     it from the record (``EpisodeRecord.kind`` / ``.quality``), not from which keys the outcome happens to hold.
     A graded task without a quality in [0, 1], or a reward outside [0, 1], is the task's error, named."""
+    from baselines.evaluate import summarize
     from mappa_envs.core import EpisodeRecord, PipelineEnv, Role, Task
     from mappa_envs.core.trajectory import checked_outcome
     from mappa_envs.metrics import summary_table
-
-    from baselines.evaluate import summarize
 
     def run(cls):
         env = cls([Role("solo", "s", "i")], [Task("t0", "p")], sandbox="subprocess")

@@ -181,3 +181,44 @@ def test_a_trainer_class_is_checked_as_the_trainer_it_is(tiny_model, tmp_path, m
         assert trainer.cfg.trainer == "local" and cfg.trainer == "ray"  # the caller's object is left as it was
     finally:
         trainer.close()
+
+
+@needs
+def test_role_weights_frozen_and_shared(tiny_model, tmp_path):
+    """The role-to-weights map on the single-process trainer: a frozen role acts and is never updated (its weights
+    bit-identical after training, its samples not trained on); two shared roles train one set of weights with one
+    step on both roles' samples; the frozen role's weights are not the trained ones."""
+    from baselines.local_trainer import LocalTrainer, TrainConfig
+
+    cfg = TrainConfig(
+        model=tiny_model,
+        trainer="local",
+        iterations=2,
+        prompts_per_iteration=2,
+        samples_per_prompt=2,
+        max_new_tokens=12,
+        lr=1e-3,
+        out_dir=str(tmp_path),
+        coach="mappa_envs.coach:LengthCoach",
+        truncated="keep",
+        role_weights={"verifier": "frozen", "code_executor": "shared:problem_solver"},
+    )
+    trainer = LocalTrainer(cfg)
+    learners = trainer.learners
+    start = {r: {k: v.clone() for k, v in lr.model.state_dict().items()} for r, lr in learners.items()}
+    metrics = trainer.train()
+    frozen = learners["verifier"].model.state_dict()
+    assert all(torch.equal(frozen[k], start["verifier"][k]) for k in frozen)  # bit-identical
+    assert learners["verifier"].optimizer is None and not any(
+        p.requires_grad for p in learners["verifier"].model.parameters()
+    )
+    assert learners["code_executor"].model is learners["problem_solver"].model  # one set of weights
+    trained = learners["problem_solver"].model.state_dict()
+    assert any(not torch.equal(trained[k], start["problem_solver"][k]) for k in trained)
+    for m in metrics:
+        assert m["verifier"]["frozen"] == 1 and m["verifier"]["samples"] == 0 and m["verifier"]["skipped"] == 1
+        solver, coder = m["problem_solver"], m["code_executor"]
+        assert solver["skipped"] == coder["skipped"] == 0 and solver["loss"] == coder["loss"]  # the one step
+        assert solver["samples"] >= 4 and coder["samples"] >= 4  # each role's own samples, counted apart
+    # checkpoints and resume hold the frozen role (no optimiser state) as well
+    trainer.load_state(tmp_path / "checkpoints" / "iter-00001")

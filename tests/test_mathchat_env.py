@@ -44,7 +44,14 @@ def test_full_episode_correct():
         ("code_executor_0", 2),
         ("verifier_0", 1),
     ]
-    assert rec.outcome == {"predicted": "42", "answer": "42", "correct": True, "success": True, "score": 1.0, "kind": "answer"}
+    assert rec.outcome == {
+        "predicted": "42",
+        "answer": "42",
+        "correct": True,
+        "success": True,
+        "score": 1.0,
+        "kind": "answer",
+    }
     assert all(r == 1.0 for r, _ in final.values()) and set(final) == set(env.possible_agents)
     assert all(info["correct"] is True for _, info in final.values())
     # the outcome is credited to each agent's last action

@@ -214,6 +214,31 @@ def test_a_bf16_engine_serves_the_synced_weights():
     assert got["synced_gap"] < 0.05 and got["moved"] > 10 * got["synced_gap"], got
 
 
+def test_a_frozen_role_acts_and_keeps_its_weights(tmp_path):
+    """``--role-weights verifier=frozen`` on the distributed trainer: the verifier acts every episode, is never
+    updated nor synced, and its exported weights are the base model's, bit for bit; the other roles train."""
+    from safetensors.torch import load_file
+
+    from baselines.models import tiny_model_dir
+
+    out = tmp_path / "run"
+    proc = _run(["--coach", COACH, "--role-weights", "verifier=frozen", "--engine-dtype", "float32"], out)
+    try:
+        assert proc.wait(timeout=900) == 0, _log(out)
+    finally:
+        _kill_group(proc)
+    base = load_file(str(tiny_model_dir() / "model.safetensors"))
+    for role in ("verifier", "problem_solver"):
+        saved = load_file(str(out / "models" / role / "model.safetensors"))
+        same = [torch.equal(saved[k], base[k]) for k in base if k in saved]
+        assert same and (all(same) if role == "verifier" else not all(same)), role
+    metrics = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    for m in metrics:
+        assert m["verifier"]["frozen"] == 1 and m["verifier"]["response_chars"] > 0 and "sync_s" not in m["verifier"]
+        assert m["problem_solver"]["skipped"] == 0
+    assert "verifier skipped (frozen)" in _log(out, tail=None)
+
+
 def _run(args, out, **kw):
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
     return subprocess.Popen(

@@ -8,6 +8,7 @@ import pytest
 
 from sandboxes import ExecStatus, Limits, make_sandbox
 from sandboxes.fusion_server import serve_in_thread
+
 from .support import BWRAP_SKIP
 
 

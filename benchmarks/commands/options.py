@@ -44,6 +44,13 @@ TRAIN_OPTIONS: tuple[Option, ...] = (
     _o("--samples-per-prompt", "samples_per_prompt", type=int),
     _o("--concurrency", "concurrency", "episodes stepped together", type=int),
     _o("--train-batch", "train_batch", "samples per optimiser step (ray trainer)", type=int),
+    _o(
+        "--role-weights",
+        "role_weights",
+        "a role's weights, repeatable: ROLE=full | ROLE=frozen | ROLE=shared:OTHER_ROLE (local trainer)",
+        action="append",
+        metavar="ROLE=SPEC",
+    ),
     _o("--eval-split", "eval_split", "held-out split (tasks with named splits)"),
     _o("--eval-extra-split", "eval_extra_splits", "another held-out split, repeatable", action="append", metavar="S"),
     _o("--eval-episodes", "eval_episodes", "held-out problems before and after training", type=int),

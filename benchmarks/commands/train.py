@@ -54,10 +54,23 @@ def train_config(args: argparse.Namespace):
     overrides = {o.field: getattr(args, o.field) for o in TRAIN_OPTIONS}
     if overrides["eval_extra_splits"] is not None:
         overrides["eval_extra_splits"] = tuple(overrides["eval_extra_splits"])
+    if overrides["role_weights"] is not None:
+        overrides["role_weights"] = {**base.role_weights, **role_weight_args(overrides["role_weights"])}
     cfg = preset(args.preset, env_id=args.env, env_kwargs=env_kwargs, **overrides)
     if other_env and args.eval_split is None:
         cfg = dataclasses.replace(cfg, eval_split=None)  # the preset's held-out split belongs to its own env
     return cfg
+
+
+def role_weight_args(items: list[str]) -> dict[str, str]:
+    """``--role-weights ROLE=SPEC`` options as a mapping (a role given twice: the last wins)."""
+    out = {}
+    for item in items:
+        role, sep, spec = item.partition("=")
+        if not sep or not role or not spec:
+            raise SystemExit(f"mappa train: --role-weights takes ROLE=SPEC (e.g. verifier=frozen), not {item!r}")
+        out[role.strip()] = spec.strip()
+    return out
 
 
 def cmd_train(args: argparse.Namespace) -> int:

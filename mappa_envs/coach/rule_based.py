@@ -152,7 +152,7 @@ class RuleBasedCoach:
                 card.adjust(*gamed)
             else:
                 card.adjust(+3, "code ran without error")
-                if any(o.strip() for o in inp.tool_stdout):
+                if any(inp.tool_stdout):
                     card.adjust(+1, "code printed output")
         elif status & {"timeout", "oom"}:
             card.adjust(-4, "code timed out or ran out of memory")
