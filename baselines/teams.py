@@ -104,11 +104,14 @@ def team_from_args(
     return team
 
 
-def build_policies(team: Mapping[str, Mapping[str, str]], cfg: EvalConfig) -> dict[str, Any]:
-    """Policies for ``team`` (see :func:`team_from_args`); roles with the same local model share one engine."""
+def build_policies(
+    team: Mapping[str, Mapping[str, str]], cfg: EvalConfig, engines: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Policies for ``team`` (see :func:`team_from_args`); roles with the same local model share one engine.
+    ``engines``: a cache of the local models' policies by path, shared across teams (:mod:`baselines.swap`)."""
     from .models import resolve_model
 
-    shared: dict[str, Any] = {}
+    shared: dict[str, Any] = engines if engines is not None else {}
     policies = {}
     for role, who in team.items():
         if who["kind"] == "endpoint":

@@ -102,6 +102,23 @@ def test_eval_of_a_training_runs_exported_models(tmp_path):
     assert len({id(p) for p in policies.values()}) == 3  # separate weights per role
     result = evaluate(policies, ecfg, out_dir=tmp_path / "eval", team=team, log=lambda *_: None)
     assert result["suites"]["amc"]["episodes"] == 2
+    # the swap matrix over real local models: 8 combinations, one engine per model (3 trained + the base)
+    from baselines import swap
+
+    engines: dict = {}
+    real_build = build_policies
+    ecfg = EvalConfig(suites=("amc",), k=1, limit=1, engine="transformers", max_new_tokens=4, sandbox="subprocess")
+    base = team_from_args(roles, model=str(tiny_model_dir()))
+    import baselines.teams
+
+    baselines.teams.build_policies = lambda team, cfg, engines=engines: real_build(team, cfg, engines=engines)
+    try:
+        matrix = swap.swap_matrix(roles, team, base, ecfg, tmp_path / "swap", log=lambda *_: None)
+    finally:
+        baselines.teams.build_policies = real_build
+    assert len(matrix["rows"]) == 8 and len(engines) == 4
+    mixed = json.loads((tmp_path / "swap" / "verifier" / "eval.json").read_text())["team"]
+    assert mixed["verifier"]["model"].endswith("models/verifier") and mixed["problem_solver"] == base["problem_solver"]
 
 
 class _Arithmetic:
@@ -169,3 +186,46 @@ def test_suite_names_and_mathchat_arguments(tmp_path):
         suite_env(f"tasks:{tmp_path / 'missing.json'}", cfg)
     with pytest.raises(ValueError, match="unknown suite"):
         suite_env("gsm8k", cfg)
+
+
+def test_swap_matrix_says_which_roles_training_mattered(tmp_path, monkeypatch):
+    """Every combination of trained and base weights per role, on the same episodes, with paired tests against the
+    base and the all-trained team. Scripted models: only the trained verifier boxes the right sum (the verifier's
+    answer is the team's), so exactly the combinations holding it gain every problem."""
+    import baselines.teams
+    from baselines.swap import combination_name, format_swap_matrix, swap_matrix
+    from benchmarks.commands import evaluate as eval_command
+
+    path = _task_file(tmp_path, [(2, 3, 5), (4, 4, 8), (7, 1, 8)])
+    cfg = EvalConfig(suites=(f"tasks:{path}",), sandbox="subprocess", concurrency=3)
+    roles = ["problem_solver", "code_executor", "verifier"]
+    trained = {r: {"kind": "local", "model": f"run/models/{r}"} for r in roles}
+    base = {r: {"kind": "local", "model": "base"} for r in roles}
+    built = []
+
+    def fake_build(team, cfg, engines=None):
+        built.append(team)
+        return {r: _Arithmetic(0 if who["model"] == "run/models/verifier" else 1) for r, who in team.items()}
+
+    monkeypatch.setattr(baselines.teams, "build_policies", fake_build)
+    matrix = swap_matrix(roles, trained, base, cfg, tmp_path / "swap", log=lambda *_: None)
+    suite = f"tasks:{path}"
+    rows = {r["combination"]: r for r in matrix["rows"]}
+    assert list(rows) == [
+        "base", "trained: problem_solver", "trained: code_executor", "trained: verifier",
+        "trained: problem_solver+code_executor", "trained: problem_solver+verifier",
+        "trained: code_executor+verifier", "trained: all",
+    ]  # fmt: skip
+    for name, row in rows.items():
+        vs_base = row["vs_base"][suite]
+        assert vs_base["score_a"] == (1.0 if "verifier" in row["trained_roles"] else 0.0), name
+        assert vs_base["gained"] == (3 if "verifier" in row["trained_roles"] else 0)
+    assert rows["trained: code_executor"]["vs_trained"][suite]["lost"] == 3
+    assert combination_name(roles, frozenset(roles)) == "trained: all" and len(built) == 8
+    assert json.loads((tmp_path / "swap" / "swap_matrix.json").read_text())["roles"] == roles
+    assert "| trained: verifier | 100.0% [" in format_swap_matrix(matrix)
+    # --swap ROLE=base|RUN2 reads as --role-model entries of the run's team
+    args = eval_command.add_parser(__import__("argparse").ArgumentParser().add_subparsers()).parse_args(
+        ["--run", "r1", "--swap", "verifier=base", "--swap", "code_executor=r2"]
+    )
+    assert eval_command._swapped(args) == {"verifier": "smollm2-135m", "code_executor": "r2/models/code_executor"}

@@ -50,6 +50,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="RUN",
         help="also evaluate a baseline on the same episodes (the bundled team, or RUN's models) with a paired test",
     )
+    p.add_argument(
+        "--swap",
+        action="append",
+        default=[],
+        metavar="ROLE=base|RUN2",
+        help="with --run: that role plays with the base model (--model, default the bundled one) or RUN2's weights",
+    )
+    p.add_argument(
+        "--swap-matrix",
+        action="store_true",
+        help="with --run: every combination of trained and base weights per role, on the same episodes, as a table "
+        "with intervals and paired tests against the base and the trained team (--compare RUN2: RUN2 is the base)",
+    )
     p.add_argument("-k", type=int, default=1, help="samples per problem")
     _add_team_options(p)
     p.add_argument("--engine", default="vllm", help="local models: vllm (in-process engine) | transformers")
@@ -105,9 +118,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from baselines.teams import build_policies
 
     cfg = _eval_config(args)
-    teams = _teams(args, _roles(cfg))
+    roles = _roles(cfg)
+    teams = _teams(args, roles)
     team = teams["team"]
     out = Path(args.out or f"runs/eval-{time.strftime('%Y%m%d-%H%M%S')}")
+    if args.swap_matrix:
+        return _swap_matrix(args, roles, teams, cfg, out)
     policies = build_policies(team, cfg)
     result = evaluate(policies, cfg, out_dir=out, team=team)
     print()
@@ -126,6 +142,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
         (out / "eval.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"\nresults: {out / 'eval.json'} (trajectories beside it)")
     return 0
+
+
+def _swap_matrix(args: argparse.Namespace, roles: list[str], teams: dict[str, Any], cfg, out: Path) -> int:
+    from baselines.swap import format_swap_matrix, swap_matrix
+    from baselines.teams import team_from_args
+
+    if not args.run:
+        raise SystemExit("mappa eval: --swap-matrix needs --run RUN (the trained team)")
+    base = teams.get("baseline") or team_from_args(roles, model=args.model)
+    matrix = swap_matrix(roles, teams["team"], base, cfg, out)
+    print("\n" + format_swap_matrix(matrix))
+    print(f"results: {out / 'swap_matrix.json'} (each combination's eval.json and trajectories beside it)")
+    return 0
+
+
+def _swapped(args: argparse.Namespace) -> dict[str, str]:
+    """``--swap ROLE=base|RUN2`` as ``--role-model`` entries: the base model, or RUN2's exported model of ROLE."""
+    out = {}
+    for role, who in key_values(args.swap, "--swap").items():
+        if not args.run:
+            raise SystemExit("mappa eval: --swap replaces a role of --run RUN's team; give --run")
+        out[role] = (args.model or "smollm2-135m") if who == "base" else str(Path(who) / "models" / role)
+    return out
 
 
 def _eval_config(args: argparse.Namespace):
@@ -192,7 +231,7 @@ def _teams(args: argparse.Namespace, roles: list[str]) -> dict[str, dict[str, An
         "team": team_from_args(
             roles,
             model=args.model,
-            role_models=key_values(args.role_model, "--role-model"),
+            role_models={**key_values(args.role_model, "--role-model"), **_swapped(args)},
             run_dir=args.run,
             role_endpoints=key_values(args.role_endpoint, "--role-endpoint"),
             endpoint_model=args.endpoint_model,
