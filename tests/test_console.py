@@ -178,3 +178,18 @@ def test_train_console_shows_the_summary_and_progress_and_the_logs_go_to_files(t
     for path in engines + trainers:
         assert path.stat().st_size > 0, path
     assert "trainer-problem_solver-rank0.log" in {p.name for p in trainers}
+
+
+def test_an_iterations_line_names_each_roles_figures():
+    """The end-of-iteration line reads as text, one clause per role (not a printed dict)."""
+    from benchmarks.commands.train import _role_figures
+
+    line = _role_figures(
+        "code_executor",
+        {"mean_coach_score": 4.188, "coach_score_std": 2.744, "tool_success_rate": 0.448, "loss": -0.0123, "kl": 3e-4,
+         "coach_fallbacks": 1, "coach_evaluations": 32, "masked_actions": 2},
+    )  # fmt: skip
+    assert line == (
+        "code_executor coach 4.2 (sd 2.7), tool ok 45%, loss -0.0123, kl 0.0003, 1/32 coach fallbacks, 2 masked"
+    )
+    assert "frozen" in _role_figures("verifier", {"frozen": 1}) and "{" not in line
