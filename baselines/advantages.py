@@ -1,4 +1,6 @@
-"""Advantage estimators: pure functions in one table (:data:`ESTIMATORS`); adding one touches one place.
+"""Advantage estimators: pure functions in one table (:data:`ESTIMATORS`); adding one touches one place, and a
+package of your own adds one without editing this one (:func:`register_estimator`, entry points
+:data:`PLUGIN_GROUP`; ``docs/training.md``).
 
 Shapes: ``B`` samples (one per action), ``T`` token positions; ``mask`` marks each sample's response tokens (a
 contiguous span anywhere in the row: right-padded responses, or responses after their prompt). Every estimator
@@ -143,22 +145,76 @@ def grpo(batch: AdvantageBatch, *, beta: float = 0.01, eps: float = 1e-6, use_ou
 
 
 Estimator = Callable[..., torch.Tensor]
-ESTIMATORS: dict[str, Estimator] = {"reinforce_pp": reinforce_pp, "grpo": grpo, "outcome": outcome}
-OUTCOME_ONLY = {"outcome"}
-"""Estimators that never read the process (coach) reward."""
+"""``fn(batch: AdvantageBatch, *, beta: float, **options) -> [B, T] advantages`` (zero where ``mask`` is 0)."""
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """A registered estimator and what the trainers must know of it."""
+
+    fn: Estimator
+    process_reward: bool = True
+    """It trains on the coach's per-action reward (False: only on the episode's outcome, as ``outcome``): coach
+    fallbacks are then masked out of its loss."""
+    min_samples_per_prompt: int = 1
+    """Samples of each task per iteration its baseline needs (GRPO: 2); fewer is refused by the checks, and its
+    groups of one are counted (``grpo_singletons``)."""
+
+
+ESTIMATORS: dict[str, Estimator] = {}
+"""Every registered estimator by name (the built-ins, then plug-ins: :func:`register_estimator`)."""
+_SPECS: dict[str, EstimatorSpec] = {}
+PLUGIN_GROUP = "mappa_envs.estimators"
+"""The entry-point group of estimator plug-ins: each entry names a function that calls :func:`register_estimator`
+(as a task's entry point calls ``mappa_envs.register``)."""
+_plugins_loaded = False
+
+
+def register_estimator(
+    name: str, fn: Estimator, *, process_reward: bool = True, min_samples_per_prompt: int = 1, override: bool = False
+) -> Estimator:
+    """Make ``fn`` available as ``mappa train --estimator NAME`` (and to ``mappa ablate --estimators``)."""
+    if name in _SPECS and not override and _SPECS[name].fn is not fn:
+        raise ValueError(f"an estimator is already registered as {name!r} (override=True replaces it)")
+    _SPECS[name] = EstimatorSpec(fn, process_reward, min_samples_per_prompt)
+    ESTIMATORS[name] = fn
+    return fn
+
+
+def load_estimator_plugins() -> None:
+    """Call every installed package's estimator entry point (group :data:`PLUGIN_GROUP`) once."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=PLUGIN_GROUP):
+        ep.load()()
+
+
+def estimator_spec(name: str) -> EstimatorSpec:
+    """The registered estimator ``name`` (plug-ins loaded first); ValueError naming the choices."""
+    if name not in _SPECS:
+        load_estimator_plugins()
+    try:
+        return _SPECS[name]
+    except KeyError:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(_SPECS)}") from None
+
+
+register_estimator("reinforce_pp", reinforce_pp)
+register_estimator("grpo", grpo, min_samples_per_prompt=2)
+register_estimator("outcome", outcome, process_reward=False)
 
 
 def uses_process_reward(name: str) -> bool:
     """Whether the estimator trains on the coach's (process) reward, so that coach fallbacks matter to it."""
-    return name not in OUTCOME_ONLY
+    return estimator_spec(name).process_reward
 
 
 def compute_advantages(name: str, batch: AdvantageBatch, **options: object) -> torch.Tensor:
-    try:
-        fn = ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ESTIMATORS)}") from None
-    return fn(batch, **options)
+    return estimator_spec(name).fn(batch, **options)
 
 
 @dataclass

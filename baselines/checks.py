@@ -152,21 +152,22 @@ def _check_eval(cfg: TrainConfig) -> Check | None:
 
 def _check_estimator(cfg: TrainConfig) -> Check:
     try:
-        from .advantages import ESTIMATORS
+        from .advantages import estimator_spec
 
-        names = sorted(ESTIMATORS)
-    except ImportError:  # torch missing: the estimators' names as of this writing
-        names = ["grpo", "outcome", "reinforce_pp"]
-    if cfg.estimator not in names:
-        return Check("estimator", False, f"unknown advantage estimator {cfg.estimator!r}; choose one of {names}")
+        spec = estimator_spec(cfg.estimator)  # built-ins and installed plug-ins
+    except ImportError:  # torch missing: nothing to train with anyway
+        return Check("estimator", False, "the estimators need torch (make setup)")
+    except ValueError as e:
+        return Check("estimator", False, str(e))
     if cfg.samples_per_prompt < 1:
         return Check("estimator", False, f"samples_per_prompt={cfg.samples_per_prompt}: must be at least 1")
-    if cfg.estimator == "grpo" and cfg.samples_per_prompt < 2:
+    if cfg.samples_per_prompt < spec.min_samples_per_prompt:
         return Check(
             "estimator",
             False,
-            f"grpo needs samples_per_prompt >= 2 (its baseline is the mean over a task's samples), got "
-            f"{cfg.samples_per_prompt}: pass --samples-per-prompt 2 or use --estimator reinforce_pp",
+            f"{cfg.estimator} needs samples_per_prompt >= {spec.min_samples_per_prompt} (its baseline is computed "
+            f"over a task's samples), got {cfg.samples_per_prompt}: pass --samples-per-prompt "
+            f"{spec.min_samples_per_prompt} or use --estimator reinforce_pp",
         )
     return Check(
         "estimator",

@@ -37,7 +37,7 @@ import mappa_envs
 from mappa_envs.core import EpisodeRecord
 from mappa_envs.metrics import RoleStats, role_stats
 
-from .advantages import singleton_groups, uses_process_reward
+from .advantages import estimator_spec, singleton_groups, uses_process_reward
 from .checks import check_config, raise_for_failed
 from .config import TrainConfig
 from .heldout_eval import evaluate_heldout
@@ -314,7 +314,7 @@ class TrainerBase:
                 mask_fallbacks=cfg.mask_coach_fallbacks and uses_process_reward(cfg.estimator),
                 mask_truncated=cfg.truncated == "mask",
             )
-            if cfg.estimator == "grpo":
+            if estimator_spec(cfg.estimator).min_samples_per_prompt > 1:  # a group baseline: count groups of one
                 masked[role]["grpo_singletons"] = singleton_groups([s.group_id for s in by_role[role]])
         return by_role, masked
 

@@ -1,9 +1,12 @@
 """The extension API: a task in one module (SQLQuery-v0, the example), tools separate from tasks, and a
 third-party package that registers a task through an entry point."""
 
+import json
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -204,3 +207,63 @@ def test_the_outcome_kind_is_declared_and_checked():
     # records stored before the kinds: a quality made them graded
     old = EpisodeRecord("e", "id", "t", "p", 0, outcome={"success": False, "quality": 0.25, "score": 0.25})
     assert old.kind == "graded" and old.quality == 0.25
+
+
+def _install_rloo(tmp_path):
+    """The RLOO plug-in package (tests/plugins/mappa_rloo, 34 lines) installed as a user would: by pip, its
+    estimator found through its entry point, nothing in mappa-envs edited."""
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site),
+         str(Path(__file__).parent / "plugins" / "mappa_rloo")],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    root = Path(__file__).resolve().parents[1]
+    return {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{root}"}
+
+
+def test_an_estimator_plug_in_is_found_by_its_entry_point(tmp_path):
+    """A registered estimator from another package: the checks know it (and its samples-per-prompt need), and its
+    advantages are RLOO's leave-one-out values."""
+    env = _install_rloo(tmp_path)
+    code = textwrap.dedent(
+        """
+        import torch
+        from baselines.advantages import AdvantageBatch, compute_advantages, estimator_spec
+        from baselines.checks import check_config
+        from baselines.config import TrainConfig
+
+        batch = AdvantageBatch(rewards=torch.tensor([1.0, 0.0, 0.5, 0.2]), outcomes=torch.zeros(4),
+                               mask=torch.ones(4, 2), group_ids=["a", "a", "b", "c"])
+        adv = compute_advantages("rloo", batch, beta=0.0)
+        print(adv[:, 0].tolist(), estimator_spec("rloo").min_samples_per_prompt)
+        for n in (1, 2):
+            cfg = TrainConfig(estimator="rloo", samples_per_prompt=n, model="tiny-random", memory_check=False)
+            print([c.detail for c in check_config(cfg, roles=["r"], n_tasks=64) if c.name == "estimator"])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "[1.0, -1.0, 0.0, 0.0] 2"  # 1 - 0, 0 - 1; groups b and c have one action: no baseline
+    assert "rloo needs samples_per_prompt >= 2" in lines[1] and lines[2] == "['rloo, 2 samples per prompt']"
+
+
+@pytest.mark.slow
+def test_mappa_ablate_compares_a_plug_in_with_a_built_in(tmp_path):
+    """The acceptance run of issue 19's plug-ins: RLOO from its own package trained on the smoke preset (Ray, vLLM,
+    DeepSpeed) beside the built-in coach REINFORCE++ by `mappa ablate --estimators coach,rloo`, then one report."""
+    env = _install_rloo(tmp_path)
+    out = tmp_path / "ablation"
+    cmd = [sys.executable, "-m", "benchmarks.cli", "ablate", "--preset", "smoke", "--estimators", "coach,rloo",
+           "--samples-per-prompt", "2", "--out", str(out), "--no-resume"]  # fmt: skip
+    proc = subprocess.run(cmd, env={**env, "RAY_USAGE_STATS_ENABLED": "0"}, capture_output=True, text=True)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    for arm in ("coach", "rloo"):
+        metrics = [json.loads(ln) for ln in (out / arm / "metrics.jsonl").read_text().splitlines()]
+        assert len(metrics) == 2 and json.loads((out / arm / "config.json").read_text())["estimator"] == (
+            "reinforce_pp" if arm == "coach" else "rloo"
+        )
+    assert any(m["problem_solver"]["skipped"] == 0 for m in metrics)  # rloo's advantages moved a role
+    assert "rloo" in (out / "report" / "report.md").read_text()

@@ -1,5 +1,6 @@
-"""``mappa ablate``: REINFORCE++ with the coach, outcome-only REINFORCE++ and GRPO on one preset, seed and budget
-(each arm a ``mappa train`` process, checked before the first starts), then the comparison report."""
+"""``mappa ablate``: REINFORCE++ with the coach, outcome-only REINFORCE++ and GRPO (or the estimators named by
+``--estimators``, plug-ins included) on one preset, seed and budget (each arm a ``mappa train`` process, checked
+before the first starts), then the comparison report."""
 
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=None)
     p.add_argument("--samples-per-prompt", type=int, default=None, help="for every arm (GRPO needs 2 or more)")
     p.add_argument("--prompts-per-iteration", type=int, default=None, help="for every arm")
+    p.add_argument(
+        "--estimators",
+        default="coach,outcome,grpo",
+        help="the arms, comma-separated: coach (REINFORCE++ with the coach), outcome (outcome-only, no coach), grpo, "
+        "or any registered estimator (built-in or plug-in, trained with the preset's coach); default %(default)s",
+    )
     p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--verbose", action="store_true", help="passed to every arm's `mappa train`")
@@ -41,6 +48,17 @@ ABLATION = (
     ("outcome", {"estimator": "outcome", "coach": "none"}),
     ("grpo", {"estimator": "grpo"}),
 )
+"""The default arms; ``--estimators`` picks others by these names or by a registered estimator's name."""
+
+
+def ablation_arms(names: str) -> list[tuple[str, dict[str, str]]]:
+    """``--estimators coach,outcome,rloo`` as arms: the named default arms, any other name an estimator trained
+    with the preset's coach (an unknown one is refused by the arms' checks, with the registered names)."""
+    defaults = dict(ABLATION)
+    arms = [(n, defaults.get(n, {"estimator": n})) for n in (x.strip() for x in names.split(",")) if n]
+    if len({n for n, _ in arms}) != len(arms) or not arms:
+        raise SystemExit(f"mappa ablate: --estimators takes distinct names, not {names!r}")
+    return arms
 
 
 def _wait_for_memory_release(timeout_s: float = 120.0, settle_mb: float = 64.0) -> None:
@@ -98,8 +116,9 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     from baselines.checks import check_config, failed
 
     out = Path(args.out or f"runs/ablation-{args.preset}")
+    chosen = ablation_arms(args.estimators)
     arms = []
-    for name, change in ABLATION:
+    for name, change in chosen:
         argv = ["train", "--preset", args.preset, "--out", str(out / name), "--seed", str(args.seed)]
         argv += ["--estimator", change["estimator"], *(["--coach", change["coach"]] if "coach" in change else [])]
         for flag, value in (
@@ -136,6 +155,4 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         runs.append(str(out / name))
         if i == 0 and not args.no_resume:
             _share_before_evaluation(out / name, [out / n for n, _ in arms[1:]])
-    return cmd_report_run(
-        argparse.Namespace(runs=runs, label=[n for n, _ in ABLATION], out=str(out / "report"), eval=[])
-    )
+    return cmd_report_run(argparse.Namespace(runs=runs, label=[n for n, _ in chosen], out=str(out / "report"), eval=[]))

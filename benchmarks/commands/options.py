@@ -37,7 +37,7 @@ TRAIN_OPTIONS: tuple[Option, ...] = (
     _o("--trainer", "trainer", "ray (vLLM + DeepSpeed ZeRO-3, default) | local (one process)"),
     _o("--iterations", "iterations", type=int),
     _o("--model", "model", "smollm2-135m | tiny-random | a model folder"),
-    _o("--estimator", "estimator", "reinforce_pp | grpo | outcome"),
+    _o("--estimator", "estimator", "reinforce_pp | grpo | outcome | a registered plug-in (entry points)"),
     _o("--coach", "coach", "rule | none | package.module:factory"),
     _o("--world-size", "world_size", "DeepSpeed ranks per role (ray trainer)", type=int),
     _o("--prompts-per-iteration", "prompts_per_iteration", type=int),
