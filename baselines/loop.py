@@ -20,7 +20,6 @@ back and only the missing ones are rolled out (episode ``i`` of an iteration alw
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import shutil
@@ -151,14 +150,9 @@ class TrainerBase:
         env = mappa_envs.make(cfg.env_id, **{**cfg.env_kwargs, **overrides})
         if cfg.coach == "none":
             return env
-        from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
+        from mappa_envs.coach import CoachRewardWrapper, coach_from_spec
 
-        if cfg.coach == "rule":
-            return CoachRewardWrapper(env, RuleBasedCoach())
-        if ":" in cfg.coach:  # your own: "package.module:factory", called with no arguments
-            module, _, name = cfg.coach.partition(":")
-            return CoachRewardWrapper(env, getattr(importlib.import_module(module), name)())
-        raise ValueError(f"coach must be 'rule', 'none' or 'package.module:factory', not {cfg.coach!r}")
+        return CoachRewardWrapper(env, coach_from_spec(cfg.coach))  # 'rule' or your own 'package.module:factory'
 
     def tasks_for(self, iteration: int) -> np.ndarray:
         """The task indices of an iteration: a function of (seed, iteration) only, so a resumed run draws the same."""

@@ -9,6 +9,7 @@ mappa report run RUN [RUN ...]               a report (Markdown + PNG, HTML) of 
 mappa ablate --preset smoke                  coach vs outcome-only vs GRPO on one seed and budget, then a report
 mappa bench                                  the performance suite (every figure against a reference)
 mappa report coach-bias TRAJECTORIES         coach scores by role, task type and outcome
+mappa rescore RUN --coach SPEC --out DIR     re-score a run's stored episodes with another coach (resumable)
 mappa sandbox build|reap|serve               the sandbox image and service
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import ablate, evaluate, report, run, train
+from .commands import ablate, evaluate, report, rescore, run, train
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="the performance suite: every figure against a reference (mappa bench -h)")
     sub.add_parser("sandbox", help="build the Docker sandbox image offline, or reap leftovers (mappa sandbox -h)")
     evaluate.add_parser(sub)
+    rescore.add_parser(sub)
     run.add_parsers(sub)
     return parser
 

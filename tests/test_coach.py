@@ -1,5 +1,6 @@
 """The coach: protocol parsing, the rule-based rubric, LLM-coach fallbacks, caching, wrappers and ensembles."""
 
+import json
 import warnings
 
 import pytest
@@ -340,3 +341,79 @@ def test_the_rule_coach_takes_the_roles_rules_from_the_task_not_from_role_names(
     assert "code ran without error" in ran.reasoning and "code printed output" in ran.reasoning, ran
     timed_out = coach.evaluate(inp(tools=("python",), tool_status=("ok", "timeout")))
     assert "timed out" in timed_out.reasoning
+
+
+def _stored_episodes(path, n=3):
+    """``n`` MathChat episodes scored by the rule coach during the rollout, written as a trajectory file."""
+    import mappa_envs
+    from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
+    from mappa_envs.core import write_jsonl
+
+    replies = {
+        "problem_solver": "Add them: 6 + 7 = 13. \\boxed{13}",
+        "code_executor": "```python\nprint(6 + 7)\n```",
+        "verifier": "The code printed 13. \\boxed{13}",
+    }
+    records = []
+    for i in range(n):
+        env = CoachRewardWrapper(
+            mappa_envs.make("mappa/MathChat-v0", split="arith1-eval", prompt_style="small"), RuleBasedCoach(),
+            blocking=True,
+        )  # fmt: skip
+        env.reset(seed=i, options={"task_index": i})
+        for agent in env.agent_iter():
+            _, _, term, trunc, _ = env.last()
+            env.step(None if term or trunc else replies[env.unwrapped.role(agent).name])
+        records.append(env.unwrapped.record)
+        env.close()
+    write_jsonl(path, records)
+    return records
+
+
+class _Counting:
+    """A coach that counts its calls (and raises at call ``fail_at``, as a killed process stops)."""
+
+    def __init__(self, fail_at=None):
+        from mappa_envs.coach import RuleBasedCoach
+
+        self.calls, self.fail_at, self.inner, self.lock = 0, fail_at, RuleBasedCoach(), __import__("threading").Lock()
+
+    def evaluate(self, inp):
+        with self.lock:
+            self.calls += 1
+            if self.fail_at is not None and self.calls >= self.fail_at:
+                raise KeyboardInterrupt("killed")
+        return self.inner.evaluate(inp)
+
+
+def test_rescore_rebuilds_the_wrappers_inputs_and_resumes_without_asking_again(tmp_path):
+    """`mappa rescore` (issue 20): stored episodes re-scored without new rollouts. The inputs are rebuilt as the
+    reward wrapper built them (the same rule coach gives every stored score back); a re-score killed midway
+    continues without asking the coach again for the actions it had scored (the calls are counted)."""
+    from mappa_envs.coach import RuleBasedCoach, rescore
+    from mappa_envs.core import read_jsonl
+
+    records = _stored_episodes(tmp_path / "episodes.jsonl")
+    total = sum(len(r.actions) for r in records)
+    stats = rescore(tmp_path / "episodes.jsonl", RuleBasedCoach(), tmp_path / "same", log=lambda *_: None)
+    assert (stats.episodes, stats.actions, stats.calls, stats.reused) == (3, total, total, 0)
+    for rec in read_jsonl(tmp_path / "same" / "trajectories.jsonl"):
+        for act in rec.actions:
+            assert act.info["rescored"]["score"] == act.info["coach"]["score"], (act.role, act.info)
+            assert act.info["rescored"]["reasoning"] == act.info["coach"]["reasoning"]
+
+    killed = _Counting(fail_at=7)  # mid-way through the second episode (4 actions each)
+    with pytest.raises(KeyboardInterrupt):
+        rescore(tmp_path / "episodes.jsonl", killed, tmp_path / "resumed", concurrency=1, log=lambda *_: None)
+    scored = len((tmp_path / "resumed" / "evaluations.jsonl").read_text().splitlines())
+    assert scored == 6  # every evaluation made before the kill is on disk
+    again = _Counting()
+    stats = rescore(tmp_path / "episodes.jsonl", again, tmp_path / "resumed", concurrency=1, log=lambda *_: None)
+    assert again.calls == total - scored and stats.reused == scored and stats.calls == total - scored
+    assert stats.episodes == 3 and stats.actions == total
+    lines = (tmp_path / "resumed" / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and len({json.loads(ln)["episode_id"] for ln in lines}) == 3  # each episode once
+    from benchmarks.cli import main
+
+    assert main(["rescore", str(tmp_path / "episodes.jsonl"), "--coach", "rule", "--out", str(tmp_path / "cli")]) == 0
+    assert json.loads((tmp_path / "cli" / "summary.json").read_text())["calls"] == total

@@ -3,6 +3,7 @@
 from .coaches import Coach, CoachStats, EnsembleCoach, LengthCoach
 from .llm import CoachCache, LLMCoach, OpenAIChatBackend
 from .protocol import CoachEvaluation, CoachInput, FileInfo, Templates, parse_answer_correct, parse_score
+from .rescore import RescoreStats, coach_from_spec, rescore
 from .rule_based import RuleBasedCoach
 from .wrapper import CoachPool, CoachRewardWrapper, MixedRewardWrapper, OutcomeRewardWrapper
 
@@ -21,8 +22,11 @@ __all__ = [
     "MixedRewardWrapper",
     "OpenAIChatBackend",
     "OutcomeRewardWrapper",
+    "RescoreStats",
     "RuleBasedCoach",
     "Templates",
+    "coach_from_spec",
     "parse_answer_correct",
     "parse_score",
+    "rescore",
 ]

@@ -1,0 +1,179 @@
+"""Re-score stored episodes with another coach, without new rollouts (``mappa rescore``).
+
+Comparing coaches used to cost a training run per coach. Stored episodes (a training run's ``rollouts/``, the
+trajectories of ``mappa run`` or ``mappa eval``) hold every action with its full input, tool results and workspace
+changes, so each action's coach input is rebuilt exactly as the reward wrapper built it during the rollout
+(:func:`~mappa_envs.coach.protocol.inputs_for_episode`; re-scoring with the coach that scored the run gives its
+scores back) and sent to the new coach, many at once (:class:`~mappa_envs.coach.wrapper.CoachPool`).
+
+Output in ``out_dir``: ``trajectories.jsonl`` (every episode, each action holding its original evaluation in
+``info["coach"]`` and the new one in ``info[name]``), ``evaluations.jsonl`` (each new evaluation appended as soon as
+it is made, keyed by its input: a killed re-score continues without asking the coach again for an action it
+already scored), ``summary.json`` (counts: actions, new calls, re-used evaluations, fallbacks).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core import EpisodeRecord, read_jsonl
+from .coaches import Coach
+from .protocol import CoachEvaluation, CoachInput, inputs_for_episode
+from .rule_based import RuleBasedCoach
+from .wrapper import CoachPool
+
+
+def coach_from_spec(spec: str) -> Coach:
+    """``rule`` (:class:`RuleBasedCoach`) or ``package.module:factory`` (called with no arguments)."""
+    if spec == "rule":
+        return RuleBasedCoach()
+    if ":" in spec:
+        module, _, name = spec.partition(":")
+        return getattr(importlib.import_module(module), name)()
+    raise ValueError(f"coach must be 'rule' or 'package.module:factory', not {spec!r}")
+
+
+def episode_files(source: str | Path) -> list[Path]:
+    """The JSON-lines files of ``source``: a run folder (its ``rollouts/iter-*.jsonl``), a folder of ``*.jsonl``, or
+    one file."""
+    source = Path(source)
+    if source.is_file():
+        return [source]
+    files = sorted((source / "rollouts").glob("iter-*.jsonl")) or sorted(source.glob("*.jsonl"))
+    if not files:
+        raise FileNotFoundError(f"{source} holds no episodes (rollouts/iter-*.jsonl or *.jsonl)")
+    return files
+
+
+@dataclass
+class RescoreStats:
+    episodes: int = 0
+    actions: int = 0
+    calls: int = 0
+    """Evaluations asked of the coach in this run."""
+    reused: int = 0
+    """Evaluations read back from an earlier, interrupted run, or of an identical action (not asked again)."""
+    fallbacks: int = 0
+
+
+class _EnvMeta:
+    """What the coach input needs of an episode's env (roles' tools and guidance, artifacts, task type, template),
+    from one probe env per env id, built with the arguments the episodes were made with."""
+
+    def __init__(self, env_kwargs: dict[str, Any]):
+        self.env_kwargs, self._probes = env_kwargs, {}
+
+    def inputs(self, record: EpisodeRecord) -> list[CoachInput]:
+        import mappa_envs
+
+        if record.env_id not in self._probes:
+            env = mappa_envs.make(record.env_id, **self.env_kwargs.get(record.env_id, {}))
+            self._probes[record.env_id] = env.unwrapped
+            env.close()
+        env = self._probes[record.env_id]
+        task_type = str(record.metadata.get("task_type", env.task_type))
+        last = record.actions[-1].index if record.actions else -1
+        out = []
+        for act in record.actions:
+            role = env.role(act.agent)
+            out.append(
+                inputs_for_episode(
+                    record,
+                    act,
+                    task_type=task_type,
+                    template=env.coach_template,
+                    final_agent=env.roles[-1].agent,
+                    is_final=act.index == last,  # the wrapper scores the episode's last action knowing it ended
+                    artifacts=dict(env.artifacts) or None,
+                    tools=role.tools,
+                    answers=role.answers,
+                    guidance=role.coach_guidance,
+                )
+            )
+        return out
+
+
+def rescore(
+    source: str | Path,
+    coach: Coach,
+    out_dir: str | Path,
+    *,
+    name: str = "rescored",
+    env_kwargs: dict[str, dict[str, Any]] | None = None,
+    concurrency: int = 8,
+    log: Callable[[str], Any] = print,
+) -> RescoreStats:
+    """Re-score every action of ``source``'s episodes with ``coach`` into ``out_dir`` (see the module docstring).
+    ``env_kwargs``: per env id, the arguments its episodes were made with (a run's ``config.json`` gives them)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cache_path, traj_path = out / "evaluations.jsonl", out / "trajectories.jsonl"
+    done = _read_cache(cache_path)
+    finished = {json.loads(ln)["episode_id"] for ln in _lines(traj_path)}
+    stats, lock = RescoreStats(), threading.Lock()
+    meta, pool = _EnvMeta(env_kwargs or {}), CoachPool(coach, max_concurrency=concurrency)
+    try:
+        with cache_path.open("a", encoding="utf-8") as cache, traj_path.open("a", encoding="utf-8") as traj:
+
+            def keep(key: str, ev: CoachEvaluation) -> CoachEvaluation:
+                with lock:  # each evaluation is on disk before the next action's
+                    cache.write(json.dumps({"key": key, "evaluation": ev.to_dict()}) + "\n")
+                    cache.flush()
+                    done[key] = ev
+                return ev
+
+            for path in episode_files(source):
+                for record in read_jsonl(path):
+                    if record.episode_id in finished:  # written whole by an earlier, interrupted run
+                        stats.episodes += 1
+                        stats.actions += len(record.actions)
+                        stats.reused += len(record.actions)
+                        continue
+                    inputs = meta.inputs(record)
+                    keys = [inp.key() for inp in inputs]
+                    futures = {k: pool.submit(inp) for k, inp in zip(keys, inputs, strict=True) if k not in done}
+                    for act, key in zip(record.actions, keys, strict=True):
+                        if key in futures:
+                            ev = keep(key, futures.pop(key).result())
+                            stats.calls += 1
+                        else:  # scored by an earlier, interrupted run (or an identical action)
+                            ev = done[key]
+                            stats.reused += 1
+                        stats.fallbacks += ev.fallback_used
+                        act.info[name] = ev.to_dict()
+                    traj.write(record.to_json() + "\n")
+                    traj.flush()
+                    stats.episodes += 1
+                    stats.actions += len(record.actions)
+    finally:
+        pool.close()
+    (out / "summary.json").write_text(json.dumps({"source": str(source), "name": name, **asdict(stats)}, indent=1))
+    log(f"[rescore] {stats.episodes} episodes, {stats.actions} actions: {stats.calls} coach calls, {stats.reused} "
+        f"re-used from an earlier run, {stats.fallbacks} fallbacks -> {traj_path}")  # fmt: skip
+    return stats
+
+
+def _lines(path: Path) -> list[str]:
+    """The complete lines of a file being appended to (a line cut by a kill is left out)."""
+    if not path.exists():
+        return []
+    text = path.read_text(encoding="utf-8")
+    return [ln for ln in text.split("\n")[: -1 if not text.endswith("\n") else None] if ln.strip()]
+
+
+def _read_cache(path: Path) -> dict[str, CoachEvaluation]:
+    out = {}
+    for line in _lines(path):
+        row = json.loads(line)
+        ev = {k: v for k, v in row["evaluation"].items() if k != "reward"}
+        out[row["key"]] = CoachEvaluation(**ev)
+    return out
+
+
+__all__ = ["RescoreStats", "coach_from_spec", "episode_files", "rescore"]
