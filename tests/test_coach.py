@@ -417,3 +417,13 @@ def test_rescore_rebuilds_the_wrappers_inputs_and_resumes_without_asking_again(t
 
     assert main(["rescore", str(tmp_path / "episodes.jsonl"), "--coach", "rule", "--out", str(tmp_path / "cli")]) == 0
     assert json.loads((tmp_path / "cli" / "summary.json").read_text())["calls"] == total
+    # agreement of two coaches on the same actions: the same coach agrees with itself exactly
+    from mappa_envs.coach.agreement import agreement, format_agreement
+
+    same = agreement(read_jsonl(tmp_path / "same" / "trajectories.jsonl"))["all"]["all"]
+    assert same.n == total and same.mean_difference[0] == 0.0
+    assert same.confusion["high/low"] == same.confusion["low/high"] == 0
+    by_role = agreement(read_jsonl(tmp_path / "same" / "trajectories.jsonl"))["role"]
+    assert set(by_role) == {"problem_solver", "code_executor", "verifier"}
+    assert "| role verifier | 3 |" in format_agreement({"role": by_role})
+    assert main(["report", "coach-agreement", str(tmp_path / "same")]) == 0

@@ -1,5 +1,5 @@
-"""``mappa report``: a training report of runs (:mod:`benchmarks.report`) and the coach-bias report of trajectories
-(:mod:`mappa_envs.coach.bias`)."""
+"""``mappa report``: a training report of runs (:mod:`benchmarks.report`), the coach-bias report of trajectories
+(:mod:`mappa_envs.coach.bias`) and the agreement of two coaches (:mod:`mappa_envs.coach.agreement`)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--min-gap", type=float, default=0.5, help="smallest gap (points) worth flagging")
     r.add_argument("--normalize", action="store_true", help="also show the effect of per-group normalisation")
     r.set_defaults(func=cmd_report_coach_bias)
+    r = rsub.add_parser("coach-agreement", help="two coaches' scores of the same actions (after mappa rescore)")
+    r.add_argument("a", help="trajectories (a file or a mappa rescore folder) holding coach A's scores")
+    r.add_argument("b", nargs="?", default=None, help="other trajectories holding coach B's (default: A's file)")
+    r.add_argument("--key-a", default="coach", help="A's evaluation key in each action's info (default: coach)")
+    r.add_argument("--key-b", default="rescored", help="B's evaluation key (default: rescored)")
+    r.set_defaults(func=cmd_report_coach_agreement)
     r = rsub.add_parser("run", help="a training report (Markdown + PNG, and HTML) of one or more runs")
     r.add_argument("runs", nargs="+", help="`mappa train` output folders (several: overlaid for comparison)")
     r.add_argument("--label", action="append", default=None, help="a name per run, in order")
@@ -40,6 +46,24 @@ def cmd_report_coach_bias(args: argparse.Namespace) -> int:
         groups, gaps = bias_report(records, min_gap=args.min_gap, score_key="normalized_score")
         print("\nafter per-group normalisation (role x task type):")
         print(format_report(groups, gaps))
+    return 0
+
+
+def cmd_report_coach_agreement(args: argparse.Namespace) -> int:
+    from mappa_envs.coach.agreement import agreement, format_agreement
+    from mappa_envs.coach.rescore import episode_files
+    from mappa_envs.core import read_jsonl
+
+    def records(source: str) -> list:
+        path = Path(source)
+        path = path / "trajectories.jsonl" if (path / "trajectories.jsonl").is_file() else path
+        return [rec for f in episode_files(path) for rec in read_jsonl(f)]
+
+    table = agreement(records(args.a), args.key_a, args.key_b, other=records(args.b) if args.b else None)
+    if not table:
+        print(f"no action holds both evaluations ({args.key_a!r} and {args.key_b!r})")
+        return 1
+    print(format_agreement(table, args.key_a, args.key_b))
     return 0
 
 
