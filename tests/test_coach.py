@@ -427,3 +427,31 @@ def test_rescore_rebuilds_the_wrappers_inputs_and_resumes_without_asking_again(t
     assert set(by_role) == {"problem_solver", "code_executor", "verifier"}
     assert "| role verifier | 3 |" in format_agreement({"role": by_role})
     assert main(["report", "coach-agreement", str(tmp_path / "same")]) == 0
+
+
+def test_calibration_of_coach_scores_against_success():
+    """The AUROC of the score for the episode's success (ties one half) with its interval, per role, and the
+    reliability table; a score unrelated to success is reported as not above chance."""
+    from mappa_envs.coach.calibration import auroc, auroc_interval, calibration, format_calibration
+    from mappa_envs.core import ActionRecord, EpisodeRecord
+
+    assert auroc([1, 2, 3, 4], [False, False, True, True]) == 1.0 and auroc([5, 5], [True, False]) == 0.5
+    assert auroc([1, 2], [True, True]) != auroc([1, 2], [True, True])  # NaN: one class only
+    lo, hi = auroc_interval(0.9, 20, 20)
+    assert 0.5 < lo < 0.9 < hi <= 1.0
+    records = []
+    for i in range(40):
+        ok = i % 2 == 0
+        rec = EpisodeRecord("e", f"ep{i}", f"t{i}", "p", i, outcome={"success": ok}, metadata={"task_type": "math"})
+        # the solver's score follows the outcome; the verifier's is the same whatever happens
+        rec.actions = [
+            ActionRecord(0, "solver_0", "solver", 1, [], "x", info={"coach": {"score": 8.0 if ok else 3.0}}),
+            ActionRecord(1, "verifier_0", "verifier", 1, [], "y", info={"coach": {"score": 5.0}}),
+        ]
+        records.append(rec)
+    table = calibration(records)
+    assert table["role"]["solver"].auroc == 1.0 and table["role"]["solver"].informative
+    assert table["role"]["verifier"].auroc == 0.5 and not table["role"]["verifier"].informative
+    text = format_calibration(table)
+    assert "| role verifier | 40 | 20 | 0.50" in text and "not above chance" in text
+    assert "| [8, 10] | 20 | 100% [" in text

@@ -16,7 +16,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--min-gap", type=float, default=0.5, help="smallest gap (points) worth flagging")
     r.add_argument("--normalize", action="store_true", help="also show the effect of per-group normalisation")
     r.set_defaults(func=cmd_report_coach_bias)
-    r = rsub.add_parser("coach-agreement", help="two coaches' scores of the same actions (after mappa rescore)")
+    r = rsub.add_parser(
+        "coach-agreement", help="two coaches' scores of the same actions (after mappa rescore), and their calibration"
+    )
     r.add_argument("a", help="trajectories (a file or a mappa rescore folder) holding coach A's scores")
     r.add_argument("b", nargs="?", default=None, help="other trajectories holding coach B's (default: A's file)")
     r.add_argument("--key-a", default="coach", help="A's evaluation key in each action's info (default: coach)")
@@ -51,6 +53,7 @@ def cmd_report_coach_bias(args: argparse.Namespace) -> int:
 
 def cmd_report_coach_agreement(args: argparse.Namespace) -> int:
     from mappa_envs.coach.agreement import agreement, format_agreement
+    from mappa_envs.coach.calibration import calibration, format_calibration
     from mappa_envs.coach.rescore import episode_files
     from mappa_envs.core import read_jsonl
 
@@ -64,6 +67,8 @@ def cmd_report_coach_agreement(args: argparse.Namespace) -> int:
         print(f"no action holds both evaluations ({args.key_a!r} and {args.key_b!r})")
         return 1
     print(format_agreement(table, args.key_a, args.key_b))
+    for key, recs in ((args.key_a, records(args.a)), (args.key_b, records(args.b or args.a))):
+        print("\n" + format_calibration(calibration(recs, key), key))
     return 0
 
 
