@@ -455,3 +455,46 @@ def test_calibration_of_coach_scores_against_success():
     text = format_calibration(table)
     assert "| role verifier | 40 | 20 | 0.50" in text and "not above chance" in text
     assert "| [8, 10] | 20 | 100% [" in text
+
+
+def test_the_hindsight_coach_blames_a_wrong_printout_that_misled_a_right_verifier(tmp_path):
+    """Issue 20: the code executor printed 14 for 6 + 7; the verifier's own step (6 + 7 = 13) was right, but it
+    boxed the printout. The per-action coach cannot know the printout was wrong (the code ran and printed);
+    the hindsight coach, seeing the outcome, moves the blame to the code executor and gives the verifier back part
+    of it. Through `mappa rescore` with `rule-hindsight`: one call per episode, both evaluations stored."""
+    import mappa_envs
+    from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach, coach_from_spec, rescore
+    from mappa_envs.coach.hindsight import parse_hindsight_scores
+    from mappa_envs.core import read_jsonl, write_jsonl
+
+    task = [{"prompt": "What is 6 plus 7?", "answer": "13"}]
+    base = mappa_envs.make("mappa/MathChat-v0", tasks=task, prompt_style="small")
+    env = CoachRewardWrapper(base, RuleBasedCoach(), blocking=True)
+    replies = {
+        "problem_solver": "6 + 7 = 13. \\boxed{13}",
+        "code_executor": "```python\nprint(6 + 7 + 1)\n```",
+        "verifier": "6 + 7 = 13, and the code printed 14, so the answer is \\boxed{14}",
+    }
+    env.reset(seed=0)
+    for agent in env.agent_iter():
+        _, _, term, trunc, _ = env.last()
+        env.step(None if term or trunc else replies[env.unwrapped.role(agent).name])
+    rec = env.unwrapped.record
+    env.close()
+    assert not rec.success
+    write_jsonl(tmp_path / "ep.jsonl", [rec])
+    stats = rescore(tmp_path / "ep.jsonl", coach_from_spec("rule-hindsight"), tmp_path / "out", log=lambda *_: None)
+    assert stats.calls == len(rec.actions)
+    (scored,) = list(read_jsonl(tmp_path / "out" / "trajectories.jsonl"))
+    code = next(a for a in scored.actions if a.role == "code_executor")
+    verifier = scored.actions[-1]
+    assert "printed 14, the wrong value the team answered" in code.info["rescored"]["reasoning"]
+    assert code.info["rescored"]["score"] < code.info["coach"]["score"]
+    assert "came from code_executor" in verifier.info["rescored"]["reasoning"]
+    assert verifier.info["rescored"]["score"] > verifier.info["coach"]["score"]
+    # the protocol extension for LLM hindsight coaches: one indexed score per action, each gap flagged
+    scores, problems = parse_hindsight_scores("PROCESS_SCORE[0]: 7\nPROCESS_SCORE[2]: 12\nPROCESS_SCORE[5]: 1", 3)
+    assert scores == [7.0, None, 10.0]
+    assert problems == ["PROCESS_SCORE[5] names no action (the episode has 3)", "no PROCESS_SCORE[1]"]
+    with pytest.raises(TypeError, match="hindsight coach"):
+        CoachRewardWrapper(mappa_envs.make("mappa/MathChat-v0"), coach_from_spec("rule-hindsight"))

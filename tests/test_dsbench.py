@@ -460,3 +460,29 @@ def test_small_examples_fit_every_lite_task_once_adapted_and_a_copy_fails(lite, 
     rec = _play(env, task_id, copied)
     assert not rec.outcome["valid"], task_id
     env.close()
+
+
+def test_the_hindsight_coach_blames_the_missing_x_test_on_the_data_engineer():
+    """Issue 20: the rule hindsight coach sees the failed episode whole: the data engineer, whose X_test.pkl never
+    appeared, loses more than the per-action coach took; the analyst, whose run failed on the missing file, is
+    marked blocked and gains."""
+    from mappa_envs.coach.hindsight import RuleHindsightCoach
+    from mappa_envs.coach.protocol import inputs_for_episode
+
+    env = make_env(task_ids=["penguin-species"])
+    rec = run_reference(env, omit=("X_test.pkl",))
+    u = env.unwrapped
+    inputs = [
+        inputs_for_episode(rec, a, task_type="classification", template="dsbench", final_agent=u.roles[-1].agent,
+                           is_final=a is rec.actions[-1], artifacts=u.artifacts, tools=u.role(a.agent).tools)
+        for a in rec.actions
+    ]  # fmt: skip
+    hindsight = RuleHindsightCoach().evaluate_episode(inputs, rec)
+    per_action = [RuleBasedCoach().evaluate(inp) for inp in inputs]
+    engineer = max(i for i, a in enumerate(rec.actions) if a.role == "data_engineer")
+    assert "its missing X_test.pkl failed the episode" in hindsight[engineer].reasoning
+    assert hindsight[engineer].score < per_action[engineer].score
+    blocked = [i for i, a in enumerate(rec.actions) if a.role == "analyst" and a.tool_calls and not a.tools_ok]
+    assert blocked and all("blocked by data_engineer's missing X_test.pkl" in hindsight[i].reasoning for i in blocked)
+    assert all(hindsight[i].score > per_action[i].score for i in blocked)
+    env.close()

@@ -14,25 +14,32 @@ already scored), ``summary.json`` (counts: actions, new calls, re-used evaluatio
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core import EpisodeRecord, read_jsonl
 from .coaches import Coach
+from .hindsight import HindsightCoach, RuleHindsightCoach
 from .protocol import CoachEvaluation, CoachInput, inputs_for_episode
 from .rule_based import RuleBasedCoach
 from .wrapper import CoachPool
 
 
 def coach_from_spec(spec: str) -> Coach:
-    """``rule`` (:class:`RuleBasedCoach`) or ``package.module:factory`` (called with no arguments)."""
+    """``rule`` (:class:`RuleBasedCoach`), ``rule-hindsight`` (:class:`~mappa_envs.coach.hindsight.
+    RuleHindsightCoach`) or ``package.module:factory`` (called with no arguments; a coach with ``evaluate_episode``
+    is a hindsight coach)."""
     if spec == "rule":
         return RuleBasedCoach()
+    if spec == "rule-hindsight":  # one call per episode, scores every action knowing the outcome
+        return RuleHindsightCoach()
     if ":" in spec:
         module, _, name = spec.partition(":")
         return getattr(importlib.import_module(module), name)()
@@ -101,7 +108,7 @@ class _EnvMeta:
 
 def rescore(
     source: str | Path,
-    coach: Coach,
+    coach: Coach | HindsightCoach,
     out_dir: str | Path,
     *,
     name: str = "rescored",
@@ -137,7 +144,11 @@ def rescore(
                         continue
                     inputs = meta.inputs(record)
                     keys = [inp.key() for inp in inputs]
-                    futures = {k: pool.submit(inp) for k, inp in zip(keys, inputs, strict=True) if k not in done}
+                    if isinstance(coach, HindsightCoach):  # one call sees the whole episode: keyed by it
+                        keys = [f"hindsight:{_episode_key(keys)}:{i}" for i in range(len(keys))]
+                        futures = _hindsight_call(coach, inputs, record, keys, done)
+                    else:
+                        futures = {k: pool.submit(inp) for k, inp in zip(keys, inputs, strict=True) if k not in done}
                     for act, key in zip(record.actions, keys, strict=True):
                         if key in futures:
                             ev = keep(key, futures.pop(key).result())
@@ -157,6 +168,23 @@ def rescore(
     log(f"[rescore] {stats.episodes} episodes, {stats.actions} actions: {stats.calls} coach calls, {stats.reused} "
         f"re-used from an earlier run, {stats.fallbacks} fallbacks -> {traj_path}")  # fmt: skip
     return stats
+
+
+def _episode_key(keys: list[str]) -> str:
+    return hashlib.sha256("|".join(keys).encode()).hexdigest()
+
+
+def _hindsight_call(coach: Any, inputs: list[CoachInput], record: EpisodeRecord, keys: list[str], done: dict):
+    """A hindsight coach's evaluations of one episode as already-resolved futures (none when a previous run
+    scored it)."""
+    if all(k in done for k in keys):
+        return {}
+    out = {}
+    for key, ev in zip(keys, coach.evaluate_episode(inputs, record), strict=True):
+        f: Future = Future()
+        f.set_result(ev)
+        out[key] = f
+    return out
 
 
 def _lines(path: Path) -> list[str]:

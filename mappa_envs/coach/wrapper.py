@@ -19,6 +19,7 @@ from pettingzoo.utils import BaseWrapper
 
 from ..core import ActionRecord
 from .coaches import Coach
+from .hindsight import HindsightCoach
 from .protocol import CoachEvaluation, inputs_for_episode
 
 
@@ -85,6 +86,12 @@ class CoachRewardWrapper(_RewardWrapper):
         super().__init__(env)
         if not 0.0 <= alpha <= 1.0:
             raise ValueError("alpha must be in [0, 1]")
+        if isinstance(coach, HindsightCoach) and not callable(getattr(type(coach), "evaluate", None)):
+            raise TypeError(
+                f"{type(coach).__name__} is a hindsight coach (one call per finished episode): the reward wrapper "
+                "scores actions one at a time; use it with `mappa rescore` (a hindsight mode of the wrapper and of "
+                "training is not built yet)"
+            )
         self.coach = coach
         self.blocking = blocking
         self.alpha = alpha
