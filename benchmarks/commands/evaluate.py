@@ -63,6 +63,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="with --run: every combination of trained and base weights per role, on the same episodes, as a table "
         "with intervals and paired tests against the base and the trained team (--compare RUN2: RUN2 is the base)",
     )
+    p.add_argument(
+        "--protocol",
+        default=None,
+        help="evaluate under a benchmark protocol (e.g. mappa-bench-v1; docs/benchmarking.md): the track's suites, "
+        "samples and sampling settings, and a result file with provenance (result.json)",
+    )
+    p.add_argument("--track", default=None, help="the protocol's track (mathchat-cpu, mathchat-paper, dsbench-lite...)")
+    p.add_argument("--method", default=None, help="the method's name in the result file (default: the run's folder)")
     p.add_argument("-k", type=int, default=1, help="samples per problem")
     _add_team_options(p)
     p.add_argument("--engine", default="vllm", help="local models: vllm (in-process engine) | transformers")
@@ -117,6 +125,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from baselines.evaluate import evaluate, format_comparison, format_tables, paired_comparison
     from baselines.teams import build_policies
 
+    if args.protocol:
+        _apply_protocol(args)
     cfg = _eval_config(args)
     roles = _roles(cfg)
     teams = _teams(args, roles)
@@ -140,8 +150,37 @@ def cmd_eval(args: argparse.Namespace) -> int:
         result["paired"] = paired_comparison(result, base)
         print("\n" + format_comparison(result["paired"], "team", "baseline"))
         (out / "eval.json").write_text(json.dumps(result, indent=1, default=str))
+    if args.protocol:
+        _write_protocol_result(args, result, out)
     print(f"\nresults: {out / 'eval.json'} (trajectories beside it)")
     return 0
+
+
+def _apply_protocol(args: argparse.Namespace) -> None:
+    """The track's fixed settings in place of the options (a differing option is refused, not overridden)."""
+    from baselines.protocol import track
+
+    if not args.track:
+        raise SystemExit("mappa eval: --protocol needs --track")
+    t = track(args.protocol, args.track)
+    if args.limit is not None or args.tasks:
+        raise SystemExit("mappa eval: a protocol evaluates its suites in full (no --limit, no --tasks)")
+    args.suites, args.k, args.temperature = list(t.suites), t.k, t.temperature
+    args.max_new_tokens, args.max_prompt_tokens = t.max_new_tokens, t.max_prompt_tokens
+    args.env_arg = [f"{k}={json.dumps(v)}" for k, v in t.env_kwargs.items()] + list(args.env_arg)
+
+
+def _write_protocol_result(args: argparse.Namespace, result: dict, out: Path) -> None:
+    from baselines.protocol import result_record, validate_result
+
+    run_cfg = json.loads((Path(args.run) / "config.json").read_text()) if args.run else {}
+    method = {"name": args.method or (Path(args.run).name if args.run else "bundled"), "config": run_cfg}
+    record = result_record(args.protocol, args.track, result, method, run_dir=args.run, seeds=[run_cfg.get("seed", 0)])
+    problems = validate_result(record)
+    if problems:  # a bug here, not the user's: never write an invalid file
+        raise RuntimeError("the result file would be invalid: " + "; ".join(problems))
+    (out / "result.json").write_text(json.dumps(record, indent=1, default=str))
+    print(f"result file ({args.protocol}, track {args.track}): {out / 'result.json'}")
 
 
 def _swap_matrix(args: argparse.Namespace, roles: list[str], teams: dict[str, Any], cfg, out: Path) -> int:

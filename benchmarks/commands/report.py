@@ -24,6 +24,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--key-a", default="coach", help="A's evaluation key in each action's info (default: coach)")
     r.add_argument("--key-b", default="rescored", help="B's evaluation key (default: rescored)")
     r.set_defaults(func=cmd_report_coach_agreement)
+    r = rsub.add_parser("compare", help="the leaderboard of benchmark result files (mappa eval --protocol)")
+    r.add_argument("results", nargs="+", help="result.json files of one protocol version and track")
+    r.add_argument("--out", default=None, help="folder for leaderboard.md and leaderboard.html")
+    r.set_defaults(func=cmd_report_compare)
     r = rsub.add_parser("run", help="a training report (Markdown + PNG, and HTML) of one or more runs")
     r.add_argument("runs", nargs="+", help="`mappa train` output folders (several: overlaid for comparison)")
     r.add_argument("--label", action="append", default=None, help="a name per run, in order")
@@ -69,6 +73,25 @@ def cmd_report_coach_agreement(args: argparse.Namespace) -> int:
     print(format_agreement(table, args.key_a, args.key_b))
     for key, recs in ((args.key_a, records(args.a)), (args.key_b, records(args.b or args.a))):
         print("\n" + format_calibration(calibration(recs, key), key))
+    return 0
+
+
+def cmd_report_compare(args: argparse.Namespace) -> int:
+    from baselines.protocol import format_leaderboard, leaderboard, load_result
+    from benchmarks.report import _html
+
+    try:
+        board = leaderboard([load_result(p) for p in args.results])
+    except ValueError as e:
+        raise SystemExit(f"mappa report compare: {e}") from None
+    text = format_leaderboard(board)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "leaderboard.md").write_text(text + "\n")
+        (out / "leaderboard.html").write_text(_html(text.splitlines(), out))
+        print(f"leaderboard: {out / 'leaderboard.md'} and {out / 'leaderboard.html'}")
     return 0
 
 
