@@ -89,6 +89,13 @@ class TrainConfig:
     detached. The engine's and the trainer's numerics differ slightly: their mean absolute gap per token is
     logged per role as ``rollout_logp_gap``. False: the trainer's own pass (as before)."""
 
+    rollout_is_cap: float = 0.0
+    """Truncated importance sampling of the rollout's numerics (distributed trainer, where the engine's log-probs
+    are used): each token's loss weighted by ``min(pi_trainer / pi_engine, rollout_is_cap)``, correcting the
+    mismatch between the engine that sampled (bfloat16 engines) and the trainer's policy (Yao et al., 2025, "Your
+    efficient RL framework secretly brings you off-policy RL training"; verl's rollout importance sampling). 0: off
+    (the default; not yet measured on the demo). The mean weight is logged per role as ``is_weight_mean``."""
+
     # --- generation
     max_prompt_tokens: int = 1024
     max_new_tokens: int = 128

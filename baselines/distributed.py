@@ -278,7 +278,9 @@ class RoleWorker:
             if behaviour_logp is not None:
                 g, c = _logp_gap(lps, [behaviour_logp[j] for j in idx])
                 gap, gap_n = gap + g, gap_n + c
-            loss, n, clip_frac = self._pass_loss(lps, idx, advantages, old_logp)
+            behaviour = [behaviour_logp[j] for j in idx] if behaviour_logp is not None else None
+            loss, n, clip_frac, is_weight = self._pass_loss(lps, idx, advantages, old_logp, behaviour)
+            stats["is_weight_mean"] = stats.get("is_weight_mean", 0.0) + is_weight * n / max(total_tokens, 1)
             self.engine.backward(loss * n * scale, scale_wrt_gas=False)
             stats["loss"] += float(loss.detach()) * n / max(total_tokens, 1)
             stats["clip_frac"] += clip_frac * n / max(total_tokens, 1)
@@ -303,18 +305,23 @@ class RoleWorker:
         return stats
 
     def _pass_loss(
-        self, lps: list[Any], idx: list[int], advantages: list[Any], old_logp: list[Any] | None
-    ) -> tuple[Any, int, float]:
-        """One pass's PPO clipped surrogate (its tokens' mean), its token count and clip fraction; old log-probs
-        None: this pass's own, detached (ratio 1)."""
+        self, lps: list[Any], idx: list[int], advantages: list[Any], old_logp: list[Any] | None, behaviour=None
+    ) -> tuple[Any, int, float, float]:
+        """One pass's PPO clipped surrogate (its tokens' mean), its token count, clip fraction and mean importance
+        weight; old log-probs None: this pass's own, detached (ratio 1). With ``rollout_is_cap`` and the engine's
+        log-probs (``behaviour``): each token's loss weighted by ``min(pi_trainer / pi_engine, cap)``."""
         from .local_trainer import ppo_clip_loss
 
         torch = self._torch
         logp = torch.cat(lps)[None]
         adv = torch.cat([advantages[j].to(logp) for j in idx])[None]
         old = logp.detach().clone() if old_logp is None else torch.cat([old_logp[j].to(logp) for j in idx])[None]
-        loss, info = ppo_clip_loss(logp, old, adv, torch.ones_like(logp), self.cfg.clip_eps)
-        return loss, int(logp.shape[1]), info["clip_frac"]
+        weights = None
+        if self.cfg.rollout_is_cap > 0 and behaviour is not None and all(b is not None for b in behaviour):
+            engine = torch.cat([b.to(logp) for b in behaviour])[None]
+            weights = torch.exp(logp.detach() - engine).clamp(max=self.cfg.rollout_is_cap)
+        loss, info = ppo_clip_loss(logp, old, adv, torch.ones_like(logp), self.cfg.clip_eps, weights=weights)
+        return loss, int(logp.shape[1]), info["clip_frac"], float(weights.mean()) if weights is not None else 1.0
 
     def _step(self) -> float | None:
         """The optimiser step; returns the gradient norm before it (DeepSpeed reports it for ZeRO-3 or fp16/bf16

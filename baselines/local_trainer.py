@@ -36,11 +36,20 @@ __all__ = ["LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss", "scatt
 
 
 def ppo_clip_loss(
-    logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, clip_eps: float
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token-level PPO clipped surrogate, averaged over response tokens. Shapes ``[B, T]``."""
+    """Token-level PPO clipped surrogate, averaged over response tokens. Shapes ``[B, T]``. ``weights``: per-token
+    importance weights (detached) multiplying each token's loss, the average still over the tokens (truncated
+    importance sampling, ``TrainConfig.rollout_is_cap``)."""
     ratio = torch.exp(logp - old_logp)
     loss_tok = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps))
+    if weights is not None:
+        loss_tok = loss_tok * weights
     n = mask.sum().clamp(min=1)
     loss = (loss_tok * mask).sum() / n
     clipped = ((ratio - 1).abs() > clip_eps).float()

@@ -334,6 +334,11 @@ class RayTrainer(TrainerBase):
             "forward_backward_s": sum(max(r["forward_backward_s"] for r in ranks) for ranks in steps),
             "optimizer_s": sum(max(r["optimizer_s"] for r in ranks) for ranks in steps),
             **({"rollout_logp_gap": sum(gaps) / len(gaps)} if gaps else {}),
+            **(
+                {"is_weight_mean": sum(r.get("is_weight_mean", 0.0) for r in steps[-1])}
+                if self.cfg.rollout_is_cap
+                else {}
+            ),
             "skipped": 0,
         }
 

@@ -8,6 +8,7 @@ The RoleWorker runs in a spawned process: DeepSpeed's process group must not lea
 from __future__ import annotations
 
 import importlib.util
+import math
 import multiprocessing as mp
 
 import pytest
@@ -60,6 +61,11 @@ def _worker_checks(queue) -> None:
     out["moved"] = max(float((sa[k] - initial[k]).abs().max()) for k in initial)
     out["a_vs_b"] = max(float((sa[k] - sb[k]).abs().max()) for k in initial)
     out["gap"] = stats["rollout_logp_gap"]
+    out["is_off"] = stats["is_weight_mean"]
+    # truncated importance sampling: engine log-probs 0.1 above the trainer's -> every weight exp(-0.1)
+    c = RoleWorker("r", 0, 1, port, path, dataclasses.replace(cfg, rollout_is_cap=2.0))
+    higher = [x + 0.1 for x, _ in lp]
+    out["is_on"] = c.train_step(samples, adv, None, tokens, 3, cfg.lr, behaviour_logp=higher)["is_weight_mean"]
     # the engine's weights: numpy views of the parameters, bit-identical once unpacked
     from baselines.engines import unpack_weights
 
@@ -176,6 +182,7 @@ def test_the_fast_paths_compute_what_the_slow_ones_did():
     assert out["a_vs_b"] < 1e-6, out  # ... the same way with the step's own old log-probs as with a policy pass
     assert out["gap"] < 1e-5, out  # the behaviour log-probs given were this policy's: no gap
     assert out["packed_exact"] and out["packed_bf16"], out
+    assert out["is_off"] == 1.0 and abs(out["is_on"] - math.exp(-0.1)) < 1e-4, out  # min(pi_trainer / pi_engine, 2)
 
 
 @needs_deepspeed

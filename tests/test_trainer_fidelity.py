@@ -63,6 +63,10 @@ def test_ppo_clip_loss_by_hand():
         torch.tensor([[-2.0]]), torch.tensor([[-1.0]]), torch.tensor([[-1.0]]), torch.ones(1, 1), 0.2
     )
     assert float(loss) == pytest.approx(0.8)  # ratio e^-1 = 0.37 -> clipped to 0.8: -(-1) * 0.8
+    # truncated importance sampling: each token's loss times its weight, still averaged over the tokens
+    w = torch.tensor([[0.5, 2.0, 9.0]])
+    loss, _ = ppo_clip_loss(logp, old, adv, mask, clip_eps=0.2, weights=w)
+    assert float(loss) == pytest.approx((-1.0 * 0.5 - 2.4 * 2.0) / 2)
 
 
 class _Tok:

@@ -51,6 +51,12 @@ TRAIN_OPTIONS: tuple[Option, ...] = (
         action="append",
         metavar="ROLE=SPEC",
     ),
+    _o(
+        "--rollout-is-cap",
+        "rollout_is_cap",
+        "truncated importance sampling of the engines' numerics: min(pi_trainer/pi_engine, CAP) per token (0: off)",
+        type=float,
+    ),
     _o("--eval-split", "eval_split", "held-out split (tasks with named splits)"),
     _o("--eval-extra-split", "eval_extra_splits", "another held-out split, repeatable", action="append", metavar="S"),
     _o("--eval-episodes", "eval_episodes", "held-out problems before and after training", type=int),
