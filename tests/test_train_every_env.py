@@ -103,7 +103,10 @@ def test_a_task_without_heldout_tasks_is_refused_clearly(no_heldout_envs, tmp_pa
     for env_id in no_heldout_envs:
         with pytest.raises(NoHeldOutTasks, match=f"{env_id} declares no held-out tasks.*eval_episodes=0"):
             heldout_env_kwargs(env_id, {}, EVAL_SPLIT)
-    cfg = TrainConfig(env_id=no_heldout_envs[0], env_kwargs={}, prompts_per_iteration=1, out_dir=str(tmp_path))
+    # the memory check is beside the point here (and depends on what else the machine runs)
+    cfg = TrainConfig(
+        env_id=no_heldout_envs[0], env_kwargs={}, prompts_per_iteration=1, out_dir=str(tmp_path), memory_check=False
+    )
     trainer = TrainerBase(cfg)
     with pytest.raises(NoHeldOutTasks):
         trainer.evaluate(EVAL_SPLIT, 1)

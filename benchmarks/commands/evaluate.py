@@ -50,6 +50,31 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         metavar="RUN",
         help="also evaluate a baseline on the same episodes (the bundled team, or RUN's models) with a paired test",
     )
+    _add_comparison_options(p)
+    p.add_argument("-k", type=int, default=1, help="samples per problem")
+    _add_team_options(p)
+    p.add_argument("--engine", default="vllm", help="local models: vllm (in-process engine) | transformers")
+    p.add_argument(
+        "--engine-dtype",
+        default="auto",
+        choices=("auto", "float32", "bfloat16"),
+        help="the vLLM engine's dtype (auto: bfloat16 where the device computes it natively, as mappa train's)",
+    )
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--max-new-tokens", type=int, default=512)
+    p.add_argument("--max-prompt-tokens", type=int, default=3072)
+    p.add_argument("--limit", type=int, default=None, help="only the first N problems of each suite")
+    p.add_argument("--concurrency", type=int, default=16, help="episodes in flight")
+    p.add_argument("--dsbench-data-dir", default=None, help="original DSBench data (default: DSBench-lite eval)")
+    p.add_argument("--sandbox", default=None, help="sandbox backend (default: each env's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="output folder (default runs/eval-<time>)")
+    p.set_defaults(func=cmd_eval)
+    return p
+
+
+def _add_comparison_options(p: argparse.ArgumentParser) -> None:
+    """Which role's training mattered (--swap, --swap-matrix) and evaluation under a benchmark protocol."""
     p.add_argument(
         "--swap",
         action="append",
@@ -71,26 +96,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--track", default=None, help="the protocol's track (mathchat-cpu, mathchat-paper, dsbench-lite...)")
     p.add_argument("--method", default=None, help="the method's name in the result file (default: the run's folder)")
-    p.add_argument("-k", type=int, default=1, help="samples per problem")
-    _add_team_options(p)
-    p.add_argument("--engine", default="vllm", help="local models: vllm (in-process engine) | transformers")
-    p.add_argument(
-        "--engine-dtype",
-        default="auto",
-        choices=("auto", "float32", "bfloat16"),
-        help="the vLLM engine's dtype (auto: bfloat16 where the device computes it natively, as mappa train's)",
-    )
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--max-new-tokens", type=int, default=512)
-    p.add_argument("--max-prompt-tokens", type=int, default=3072)
-    p.add_argument("--limit", type=int, default=None, help="only the first N problems of each suite")
-    p.add_argument("--concurrency", type=int, default=16, help="episodes in flight")
-    p.add_argument("--dsbench-data-dir", default=None, help="original DSBench data (default: DSBench-lite eval)")
-    p.add_argument("--sandbox", default=None, help="sandbox backend (default: each env's)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="output folder (default runs/eval-<time>)")
-    p.set_defaults(func=cmd_eval)
-    return p
 
 
 def _add_team_options(p: argparse.ArgumentParser) -> None:

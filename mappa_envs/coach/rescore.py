@@ -142,13 +142,7 @@ def rescore(
                         stats.actions += len(record.actions)
                         stats.reused += len(record.actions)
                         continue
-                    inputs = meta.inputs(record)
-                    keys = [inp.key() for inp in inputs]
-                    if isinstance(coach, HindsightCoach):  # one call sees the whole episode: keyed by it
-                        keys = [f"hindsight:{_episode_key(keys)}:{i}" for i in range(len(keys))]
-                        futures = _hindsight_call(coach, inputs, record, keys, done)
-                    else:
-                        futures = {k: pool.submit(inp) for k, inp in zip(keys, inputs, strict=True) if k not in done}
+                    keys, futures = _submit(coach, pool, meta.inputs(record), record, done)
                     for act, key in zip(record.actions, keys, strict=True):
                         if key in futures:
                             ev = keep(key, futures.pop(key).result())
@@ -168,6 +162,15 @@ def rescore(
     log(f"[rescore] {stats.episodes} episodes, {stats.actions} actions: {stats.calls} coach calls, {stats.reused} "
         f"re-used from an earlier run, {stats.fallbacks} fallbacks -> {traj_path}")  # fmt: skip
     return stats
+
+
+def _submit(coach: Any, pool: CoachPool, inputs: list[CoachInput], record: EpisodeRecord, done: dict):
+    """One episode's evaluations to ask for: (each action's cache key, the futures of those not scored yet)."""
+    keys = [inp.key() for inp in inputs]
+    if isinstance(coach, HindsightCoach):  # one call sees the whole episode: keyed by it
+        keys = [f"hindsight:{_episode_key(keys)}:{i}" for i in range(len(keys))]
+        return keys, _hindsight_call(coach, inputs, record, keys, done)
+    return keys, {k: pool.submit(inp) for k, inp in zip(keys, inputs, strict=True) if k not in done}
 
 
 def _episode_key(keys: list[str]) -> str:
