@@ -30,7 +30,8 @@ class TrainConfig:
     """Responses cut at ``max_new_tokens`` (no end-of-sequence token sampled): 'mask' leaves them out of the loss
     (the reference's ``mask_truncated_completions``), 'keep' trains on the tokens sampled (no EOS added)."""
     coach: str = "rule"
-    """Process-reward coach: 'rule' (RuleBasedCoach), 'none' (outcome-only runs), or 'package.module:factory' (a
+    """Process-reward coach: 'rule' (RuleBasedCoach), 'rule-hindsight' (RuleHindsightCoach: one call per finished
+    episode, every action scored knowing the outcome), 'none' (outcome-only runs), or 'package.module:factory' (a
     callable returning a coach, e.g. an ``LLMCoach`` on your server)."""
     share_model: bool = False
     """One model for every role (single-process trainer only): ``role_weights`` with every other role

@@ -496,5 +496,25 @@ def test_the_hindsight_coach_blames_a_wrong_printout_that_misled_a_right_verifie
     scores, problems = parse_hindsight_scores("PROCESS_SCORE[0]: 7\nPROCESS_SCORE[2]: 12\nPROCESS_SCORE[5]: 1", 3)
     assert scores == [7.0, None, 10.0]
     assert problems == ["PROCESS_SCORE[5] names no action (the episode has 3)", "no PROCESS_SCORE[1]"]
-    with pytest.raises(TypeError, match="hindsight coach"):
-        CoachRewardWrapper(mappa_envs.make("mappa/MathChat-v0"), coach_from_spec("rule-hindsight"))
+    # the reward wrapper's hindsight mode (training's `--coach rule-hindsight`): one call when the episode ends, the
+    # same scores as the re-score, each action's reward its score / 10 (blocking and pooled alike)
+    for blocking in (True, False):
+        env = CoachRewardWrapper(
+            mappa_envs.make("mappa/MathChat-v0", tasks=task, prompt_style="small"),
+            coach_from_spec("rule-hindsight"),
+            blocking=blocking,
+        )
+        env.reset(seed=0)
+        rewards = {}
+        for agent in env.agent_iter():
+            _, reward, term, trunc, _ = env.last()
+            rewards[agent] = rewards.get(agent, 0.0) + reward
+            env.step(None if term or trunc else replies[env.unwrapped.role(agent).name])
+        live = env.unwrapped.record
+        assert [a.info["coach"]["score"] for a in live.actions] == [a.info["rescored"]["score"] for a in scored.actions]
+        assert all(a.reward == pytest.approx(a.info["coach"]["score"] / 10) for a in live.actions)
+        by_agent = {}
+        for a in live.actions:
+            by_agent[a.agent] = by_agent.get(a.agent, 0.0) + a.reward
+        assert rewards == pytest.approx(by_agent), blocking  # every agent got its actions' hindsight rewards
+        env.close()

@@ -38,7 +38,11 @@ TRAIN_OPTIONS: tuple[Option, ...] = (
     _o("--iterations", "iterations", type=int),
     _o("--model", "model", "smollm2-135m | tiny-random | a model folder"),
     _o("--estimator", "estimator", "reinforce_pp | grpo | outcome | a registered plug-in (entry points)"),
-    _o("--coach", "coach", "rule | none | package.module:factory"),
+    _o(
+        "--coach",
+        "coach",
+        "rule | rule-hindsight (scores each episode whole, knowing its outcome) | none | module:factory",
+    ),
     _o("--world-size", "world_size", "DeepSpeed ranks per role (ray trainer)", type=int),
     _o("--prompts-per-iteration", "prompts_per_iteration", type=int),
     _o("--samples-per-prompt", "samples_per_prompt", type=int),

@@ -57,6 +57,8 @@ class RuleHindsightCoach:
     - **A wrong value carried to the answer** (a task with a ground truth, the final answer wrong): the earliest
       action that introduced the answered value (the last number its code printed, or an answer it boxed) -3; the
       final agent's action +2 (it was misled; its per-action score already holds the wrong answer's -3).
+    - **A printout against the ground truth** (hindsight: the answer is known once the episode is over): an action
+      whose code's last printed number is the answer +2; another number -1 (unless already blamed above).
     - **A missing hand-over file** (a task with artifacts, the episode failed): the last action of each role whose
       owed file is missing at the end -2; each later action whose tool run failed +1 (it was blocked).
     - **Success**: every action of a successful episode +1.
@@ -71,6 +73,7 @@ class RuleHindsightCoach:
         notes: list[list[tuple[float, str]]] = [[] for _ in inputs]
         if inputs:
             _carried_value(inputs, record, notes)
+            _printouts(inputs, record, notes)
             _missing_handover(inputs, record, notes)
         if record.success:
             for n in notes:
@@ -102,6 +105,20 @@ def _carried_value(inputs: Sequence[CoachInput], record: EpisodeRecord, notes: l
             if inp.agent != final.agent:
                 notes[-1].append((+2, f"its wrong answer {answer} came from {inp.role}'s action {i}"))
             return
+
+
+def _printouts(inputs: Sequence[CoachInput], record: EpisodeRecord, notes: list[list[tuple[float, str]]]) -> None:
+    if record.ground_truth is None:
+        return
+    answer = str(record.ground_truth)
+    for i, inp in enumerate(inputs):
+        printed = [v for out in inp.tool_stdout for v in _NUMBER.findall(out)[-1:]]
+        if not printed or any(d < 0 and "wrong value" in w for d, w in notes[i]):
+            continue  # no printout, or already blamed for carrying its wrong value to the answer
+        if any(math_equal(v, answer) for v in printed):
+            notes[i].append((+2, f"its code printed the answer {answer}"))
+        else:
+            notes[i].append((-1, f"its code printed {printed[-1]}, a wrong value (the answer: {answer})"))
 
 
 def _missing_handover(

@@ -38,8 +38,27 @@ class CoachPool:
             self.submitted += 1
         return self._executor.submit(self.coach.evaluate, inp)
 
+    def submit_episode(self, inputs: list, record: Any) -> Future:
+        """A hindsight coach's one call for a finished episode (its evaluations, one per input)."""
+        with self._lock:
+            self.submitted += 1
+        return self._executor.submit(self.coach.evaluate_episode, inputs, record)
+
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+
+
+class _Part:
+    """The evaluation of action ``i`` out of a hindsight coach's whole-episode call (a future's interface)."""
+
+    def __init__(self, whole: Future, i: int):
+        self.whole, self.i = whole, i
+
+    def result(self) -> CoachEvaluation:
+        return self.whole.result()[self.i]
+
+    def cancel(self) -> bool:
+        return self.whole.cancel()
 
 
 class _RewardWrapper(BaseWrapper):
@@ -70,12 +89,16 @@ class CoachRewardWrapper(_RewardWrapper):
     action is sent to a :class:`CoachPool` and the rollout goes on; the episode's last step waits for what is still
     pending (at the first ``last()`` or dead step after the end, or :meth:`finalize`), attaches every score to the
     trajectory, and gives each agent the sum of its process rewards then.
+
+    A hindsight coach (:class:`~mappa_envs.coach.hindsight.HindsightCoach`, e.g. ``RuleHindsightCoach``) is asked
+    once, when the episode ends, for every action's score knowing the outcome (``mappa train --coach
+    rule-hindsight``); the rewards are given then, as in the non-blocking mode.
     """
 
     def __init__(
         self,
         env: Any,
-        coach: Coach,
+        coach: Coach | HindsightCoach,
         *,
         pool: CoachPool | None = None,
         blocking: bool = False,
@@ -86,13 +109,10 @@ class CoachRewardWrapper(_RewardWrapper):
         super().__init__(env)
         if not 0.0 <= alpha <= 1.0:
             raise ValueError("alpha must be in [0, 1]")
-        if isinstance(coach, HindsightCoach) and not callable(getattr(type(coach), "evaluate", None)):
-            raise TypeError(
-                f"{type(coach).__name__} is a hindsight coach (one call per finished episode): the reward wrapper "
-                "scores actions one at a time; use it with `mappa rescore` (a hindsight mode of the wrapper and of "
-                "training is not built yet)"
-            )
         self.coach = coach
+        self.hindsight = isinstance(coach, HindsightCoach)
+        """A hindsight coach scores the whole episode in one call when it ends (every action's reward then)."""
+        self._episode_inputs: list[tuple[ActionRecord, Any]] = []
         self.blocking = blocking
         self.alpha = alpha
         self._own_pool = pool is None and not blocking
@@ -151,7 +171,11 @@ class CoachRewardWrapper(_RewardWrapper):
             answers=env.role(agent).answers,
             guidance=env.role(agent).coach_guidance,
         )
-        if self.blocking:
+        if self.hindsight:
+            self._episode_inputs.append((act, inp))
+            if finished:
+                self._score_episode(env.record)
+        elif self.blocking:
             ev = self.coach.evaluate(inp)
             self._attach(act, ev)
             self._give(agent, act.reward)
@@ -160,6 +184,18 @@ class CoachRewardWrapper(_RewardWrapper):
             self._pending.append((act, self.pool.submit(inp)))
         if finished:  # the scores are collected at the next last() or dead step (see finalize)
             self._unfinished_outcome = outcome_reward
+
+    def _score_episode(self, record: Any) -> None:
+        """Hindsight: one call for the finished episode; each action's evaluation is collected by ``finalize``."""
+        acts, inputs = zip(*self._episode_inputs, strict=True) if self._episode_inputs else ((), ())
+        self._episode_inputs = []
+        if self.pool is None:  # blocking: score now, give the rewards at once
+            for act, ev in zip(acts, self.coach.evaluate_episode(list(inputs), record), strict=True):
+                self._attach(act, ev)
+                self._give(act.agent, act.reward)
+            return
+        whole = self.pool.submit_episode(list(inputs), record)
+        self._pending.extend((act, _Part(whole, i)) for i, act in enumerate(acts))
 
     def _attach(self, act: ActionRecord, ev: CoachEvaluation) -> None:
         act.info["coach"] = ev.to_dict()
@@ -192,6 +228,7 @@ class CoachRewardWrapper(_RewardWrapper):
         for _, fut in self._pending:
             fut.cancel()
         self._pending = []
+        self._episode_inputs = []
 
     def close(self) -> None:
         self._drain()
