@@ -73,7 +73,7 @@ def test_summaries_of_dsbench_records():
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs the 'models' extra")
-def test_eval_of_a_training_runs_exported_models(tmp_path):
+def test_eval_of_a_training_runs_exported_models(tmp_path, monkeypatch):
     """mappa train writes models/<role>/; mappa eval --run plays each role with its own trained weights."""
     from baselines.local_trainer import LocalTrainer, TrainConfig
     from baselines.models import tiny_model_dir
@@ -103,20 +103,20 @@ def test_eval_of_a_training_runs_exported_models(tmp_path):
     result = evaluate(policies, ecfg, out_dir=tmp_path / "eval", team=team, log=lambda *_: None)
     assert result["suites"]["amc"]["episodes"] == 2
     # the swap matrix over real local models: 8 combinations, one engine per model (3 trained + the base)
+    import baselines.teams
     from baselines import swap
 
-    engines: dict = {}
-    real_build = build_policies
+    seen: dict = {}
+
+    def spy(team, cfg, engines=None):  # the real builder, watched: which engine cache the matrix shares
+        seen["engines"] = engines
+        return build_policies(team, cfg, engines=engines)
+
     ecfg = EvalConfig(suites=("amc",), k=1, limit=1, engine="transformers", max_new_tokens=4, sandbox="subprocess")
     base = team_from_args(roles, model=str(tiny_model_dir()))
-    import baselines.teams
-
-    baselines.teams.build_policies = lambda team, cfg, engines=engines: real_build(team, cfg, engines=engines)
-    try:
-        matrix = swap.swap_matrix(roles, team, base, ecfg, tmp_path / "swap", log=lambda *_: None)
-    finally:
-        baselines.teams.build_policies = real_build
-    assert len(matrix["rows"]) == 8 and len(engines) == 4
+    monkeypatch.setattr(baselines.teams, "build_policies", spy)
+    matrix = swap.swap_matrix(roles, team, base, ecfg, tmp_path / "swap", log=lambda *_: None)
+    assert len(matrix["rows"]) == 8 and len(seen["engines"]) == 4
     mixed = json.loads((tmp_path / "swap" / "verifier" / "eval.json").read_text())["team"]
     assert mixed["verifier"]["model"].endswith("models/verifier") and mixed["problem_solver"] == base["problem_solver"]
 
