@@ -93,6 +93,11 @@ class Agreement:
         return counts
 
 
+def action_groups(record: EpisodeRecord, role: str) -> tuple[tuple[str, str], ...]:
+    """The (dimension, group) pairs an action of ``role`` in ``record`` counts in: all, its role, its task type."""
+    return (("all", "all"), ("role", role), ("task_type", str(record.metadata.get("task_type", "?"))))
+
+
 def agreement(
     records: Iterable[EpisodeRecord],
     key_a: str = "coach",
@@ -112,7 +117,6 @@ def agreement(
         }
     out: dict[str, dict[str, Agreement]] = defaultdict(dict)
     for rec in records:
-        task_type = str(rec.metadata.get("task_type", "?"))
         for act in rec.actions:
             if key_a not in act.info:
                 continue
@@ -122,7 +126,7 @@ def agreement(
                 b = b_scores.get((rec.episode_id, act.index))
             if b is None:
                 continue
-            for dim, group in (("all", "all"), ("role", act.role), ("task_type", task_type)):
+            for dim, group in action_groups(rec, act.role):
                 g = out[dim].setdefault(group, Agreement(group))
                 g.a.append(float(act.info[key_a]["score"]))
                 g.b.append(b)
@@ -156,4 +160,4 @@ def format_agreement(table: dict[str, dict[str, Agreement]], name_a: str = "A", 
     return "\n".join(lines)
 
 
-__all__ = ["HIGH", "Agreement", "agreement", "format_agreement", "spearman"]
+__all__ = ["HIGH", "Agreement", "action_groups", "agreement", "format_agreement", "spearman"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ..core import EpisodeRecord
 from ..metrics import wilson_interval
+from .agreement import action_groups
 
 BUCKETS = ((0, 2), (2, 4), (4, 6), (6, 8), (8, 10.01))
 """Score buckets of the reliability table: [0, 2), [2, 4), ... [8, 10]."""
@@ -81,11 +82,10 @@ def calibration(records: Iterable[EpisodeRecord], key: str = "coach") -> dict[st
     whether its episode succeeded."""
     out: dict[str, dict[str, Calibration]] = defaultdict(dict)
     for rec in records:
-        task_type = str(rec.metadata.get("task_type", "?"))
         for act in rec.actions:
             if key not in act.info:
                 continue
-            for dim, group in (("all", "all"), ("role", act.role), ("task_type", task_type)):
+            for dim, group in action_groups(rec, act.role):
                 c = out[dim].setdefault(group, Calibration(group))
                 c.scores.append(float(act.info[key]["score"]))
                 c.success.append(rec.success)
