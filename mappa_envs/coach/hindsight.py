@@ -97,8 +97,9 @@ def _carried_value(inputs: Sequence[CoachInput], record: EpisodeRecord, notes: l
     for i, inp in enumerate(inputs[:-1]):
         printed = [v for out in inp.tool_stdout for v in _NUMBER.findall(out)[-1:]]
         boxed = extract_answer(inp.output) if inp.answers else None
-        if any(math_equal(answer, v) for v in printed) or (boxed is not None and math_equal(answer, boxed)):
-            what = "printed" if any(math_equal(answer, v) for v in printed) else "boxed"
+        was_printed = any(math_equal(answer, v) for v in printed)
+        if was_printed or (boxed is not None and math_equal(answer, boxed)):
+            what = "printed" if was_printed else "boxed"
             notes[i].append(
                 (-3, f"{what} {answer}, the wrong value the team answered (the answer: {record.ground_truth})")
             )
