@@ -193,6 +193,13 @@ def _check_options(cfg: TrainConfig) -> Check:
             problems.append(f"{name} must be 'auto', 'float32', 'bfloat16' or 'float16', not {getattr(cfg, name)!r}")
     if cfg.rollout_is_cap < 0:
         problems.append(f"rollout_is_cap must be 0 (off) or positive, not {cfg.rollout_is_cap}")
+    if cfg.rollouts_from:
+        from .offline import source_config
+
+        try:
+            source_config(cfg)
+        except (FileNotFoundError, ValueError) as err:
+            problems.append(str(err))
     if cfg.zero_stage not in (0, 1, 2, 3):
         problems.append(f"zero_stage must be 0, 1, 2 or 3, not {cfg.zero_stage}")
     for name in ("micro_batch", "world_size", "iterations", "max_new_tokens", "max_prompt_tokens"):

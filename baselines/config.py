@@ -97,6 +97,14 @@ class TrainConfig:
     efficient RL framework secretly brings you off-policy RL training"; verl's rollout importance sampling). 0: off
     (the default; not yet measured on the demo). The mean weight is logged per role as ``is_weight_mean``."""
 
+    rollouts_from: str | None = None
+    """A ``mappa train`` run folder: each iteration's episodes are that run's stored episodes of the same iteration
+    (``rollouts/iter-*.jsonl``), re-scored by this run's ``coach`` (``mappa rescore``, kept under ``rescored/``),
+    instead of new rollouts: coaches compared on identical episodes. Off-policy wherever the stored episodes were
+    not sampled by the weights being trained (every iteration after the first): the distributed trainer then takes
+    the stored log-probs of the sampling engine as the ratio's old log-probs, clipped as in the loss; episodes
+    stored without them are trained on as if on-policy and counted per role (``off_policy_uncorrected``)."""
+
     # --- generation
     max_prompt_tokens: int = 1024
     max_new_tokens: int = 128

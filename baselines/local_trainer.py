@@ -221,6 +221,8 @@ class LocalTrainer(TrainerBase):
                 "tokens": tokens,
                 "kl": float(sum((a - b).sum() for a, b in zip(inp.logp, inp.ref_logp, strict=True))) / max(tokens, 1),
                 "adv_abs_mean": float(sum(a.abs().sum() for a in adv)) / max(tokens, 1),
+                # stored episodes of another run: this trainer's ratio is its own pass's (1), never corrected
+                **({"off_policy_uncorrected": len(ss)} if cfg.rollouts_from else {}),
             }
         # one step per set of weights, on the samples of every role that trains them (each role's advantages
         # normalised over its own samples above)

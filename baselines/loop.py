@@ -8,6 +8,7 @@ Layout of ``out_dir``::
 
     config.json
     rollouts/iter-00003.jsonl    every finished episode of iteration 3, appended (and fsync'd) as it completes
+    rescored/iter-00003/         with ``rollouts_from``: the source run's episodes re-scored (``baselines.offline``)
     checkpoints/iter-00002/      the trainer's state after iteration 2 (+ state.json)
     checkpoints/latest           name of the newest complete checkpoint (written last, atomically)
     metrics.jsonl                one line per iteration
@@ -40,6 +41,7 @@ from .advantages import estimator_spec, singleton_groups, uses_process_reward
 from .checks import check_config, raise_for_failed
 from .config import TrainConfig
 from .heldout_eval import evaluate_heldout
+from .offline import stored_rollout
 from .policies import CountsTokens, Policy
 from .role_weights import effective_role_weights, role_specs
 from .rollout import run_episodes
@@ -162,6 +164,8 @@ class TrainerBase:
     def rollout(self, iteration: int) -> tuple[list[EpisodeRecord], int]:
         """All episodes of an iteration, the stored ones re-used; returns (records in order, number re-used)."""
         cfg = self.cfg
+        if cfg.rollouts_from:
+            return stored_rollout(cfg, iteration, self.store, self.out), 0
         k = cfg.samples_per_prompt
         n = cfg.prompts_per_iteration * k
         tasks = self.tasks_for(iteration)
@@ -280,6 +284,7 @@ class TrainerBase:
             "sync_s": sync_time,
             "iteration_s": time.perf_counter() - t0,
             "gen_tok_s": generated / gen_time if generated else 0.0,
+            **({"rollouts_from": self.cfg.rollouts_from} if self.cfg.rollouts_from else {}),
             **self._rollout_breakdown(),
         }
         by_stats = role_stats(records)  # every role's at once

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from .config import TrainConfig
 from .distributed import RoleWorker, plan_shards
 from .engines import VLLMEngine, VLLMPolicy
 from .loop import TrainerBase
+from .rendezvous import start_ranks
 from .samples import Sample, sample_rows
 
 _ACTOR_ENV = {
@@ -66,12 +66,6 @@ def _mini_batches(n: int, size: int | None, seed: int) -> list[list[int]]:
         return [list(range(n))]
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
     return [sorted(order[i : i + size]) for i in range(0, n, size)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ray_init(cfg: TrainConfig) -> None:
@@ -140,7 +134,6 @@ class RayTrainer(TrainerBase):
         Engine = ray.remote(VLLMEngine)
         Worker = ray.remote(RoleWorker)
         self.engines: dict[str, Any] = {}
-        self.workers: dict[str, list[Any]] = {}
         for i, role in enumerate(self.roles):
             self.engines[role] = Engine.options(name=None, **opts).remote(
                 path,
@@ -154,16 +147,14 @@ class RayTrainer(TrainerBase):
             )
             if self.device == "cuda":
                 ray.get(self.engines[role].ready.remote())
-        for role in self.roles:
-            port = _free_port()
-            self.workers[role] = [
-                Worker.options(**opts).remote(role, rank, cfg.world_size, port, path, cfg)
-                for rank in range(cfg.world_size)
+
+        def spawn(role: str, port: int) -> list[Any]:
+            return [
+                Worker.options(**opts).remote(role, r, cfg.world_size, port, path, cfg) for r in range(cfg.world_size)
             ]
-        ray.get(
-            [e.ready.remote() for e in self.engines.values()]
-            + [w.ready.remote() for ws in self.workers.values() for w in ws]
-        )
+
+        self.workers, self.rendezvous_retries = start_ranks(ray, list(self.roles), spawn)
+        ray.get([e.ready.remote() for e in self.engines.values()])
 
     def _policy(self, engine, temperature: float) -> VLLMPolicy:
         cfg = self.cfg
@@ -205,7 +196,13 @@ class RayTrainer(TrainerBase):
         for role, samples in by_role.items():
             meta[role] = _batch_figures(inputs[role], advantages[role], len(samples))
             train_refs[role] = self._submit_steps(
-                role, samples, advantages[role], inputs[role], plan[role], lr, role in engine_lp
+                role,
+                samples,
+                advantages[role],
+                inputs[role],
+                plan[role],
+                lr,
+                role in engine_lp and not cfg.rollouts_from,
             )
         # a role whose every sample was masked: reported as skipped, as the local trainer does
         out: dict[str, dict[str, float]] = {r: {"skipped": 1, "samples": 0, "tokens": 0} for r in roles_given}
@@ -233,7 +230,8 @@ class RayTrainer(TrainerBase):
         for role, samples in by_role.items():
             given = [self._engine_logprobs(s) for s in samples]
             one_step = len(_mini_batches(len(samples), cfg.train_batch, cfg.seed)) == 1
-            use_engine = cfg.rollout_logprobs and one_step and all(g is not None for g in given)
+            # stored episodes of another run (rollouts_from): the engine's log-probs are the behaviour policy's
+            use_engine = cfg.rollout_logprobs and (one_step or bool(cfg.rollouts_from)) and None not in given
             if use_engine:
                 engine_lp[role] = given
             passes[role] = (not use_engine, role in self._stepped or not use_engine)  # (policy pass, reference)
@@ -267,6 +265,7 @@ class RayTrainer(TrainerBase):
                 "logprob_s": time.perf_counter() - t0,
                 "policy_pass": int(passes[role][0]),
                 "reference_pass": int(passes[role][1]),
+                **({"off_policy_uncorrected": 0 if role in engine_lp else len(samples)} if cfg.rollouts_from else {}),
             }
             inputs[role] = RoleBatch(
                 [s.reward for s in samples], [s.outcome for s in samples], [s.group_id for s in samples], logp, ref

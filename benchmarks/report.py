@@ -10,7 +10,9 @@ coach, outcome-only and GRPO on the same seeds) every figure overlays them: the 
 Figures: ``curves.png`` (per iteration: team accuracy or DSBench success, and per role the mean coach score,
 tool-call rate, tool success rate, response length, KL), ``coach_scores.png`` (distribution of coach scores per
 role, first versus last iteration), ``coach_bias.png`` (mean coach score by task type and by outcome, 95%
-intervals).
+intervals), ``calibration.png`` (the reliability diagram per role: the success rate of the episodes whose actions
+scored in each bucket; its tables give the AUROC of the score for success per role and task type, and the gaps
+between groups with p-values).
 
 With held-out evaluations before and after training (``mappa train``'s ``eval.json``), the report opens with the
 comparison: per run the accuracy before and after with 95% Wilson intervals, the exact McNemar test of its own
@@ -29,7 +31,7 @@ from typing import Any
 
 from mappa_envs.metrics import BEHAVIOUR_LABELS, paired_change, wilson_interval
 
-from .report_plots import plot_coach_bias, plot_coach_scores, plot_curves
+from .report_plots import plot_calibration, plot_coach_bias, plot_coach_scores, plot_curves
 from .run_data import Run
 
 
@@ -188,6 +190,9 @@ def write_report(runs: Sequence[Run], out: str | Path, evals: Sequence[str] = ()
     bias_png, bias_text = plot_coach_bias(runs, out / "coach_bias.png")
     if bias_png:
         figures.append(("Coach bias by task type and outcome", bias_png))
+    calib_png, calib_text = plot_calibration(runs, out / "calibration.png")
+    if calib_png:
+        figures.append(("Coach calibration: score bucket vs episode success", calib_png))
     md = [f"# Training report: {', '.join(r.label for r in runs)}", ""]
     for run in runs:
         c = run.config
@@ -213,6 +218,8 @@ def write_report(runs: Sequence[Run], out: str | Path, evals: Sequence[str] = ()
         md += [f"## {title}", "", f"![{title}]({png.name})", ""]
     if bias_text:
         md += ["## Coach bias (tables)", "", "```", bias_text, "```", ""]
+    if calib_text:
+        md += ["## Coach calibration (tables)", "", calib_text, ""]
     (out / "report.md").write_text("\n".join(md))
     (out / "report.html").write_text(_html(md, out))
     return out / "report.md"

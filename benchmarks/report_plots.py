@@ -134,3 +134,32 @@ def plot_coach_bias(runs: Sequence[Run], path: Path) -> tuple[Path | None, str]:
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path, "\n\n".join(texts)
+
+
+def plot_calibration(runs: Sequence[Run], path: Path) -> tuple[Path | None, str]:
+    """A reliability diagram per run (per role: the success rate of the episodes whose actions scored in each
+    bucket, AUROC in the legend) and the calibration tables (AUROC per role and task type, gaps with p-values)."""
+    from mappa_envs.coach.calibration import BUCKETS, calibration, format_calibration
+
+    tables = [(run, calibration(run.records())) for run in runs if run.rollouts]
+    tables = [(run, t) for run, t in tables if t.get("role")]
+    if not tables:
+        return None, ""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(tables), figsize=(5 * len(tables), 3.6), squeeze=False)
+    mids = [(lo + min(hi, 10)) / 2 for lo, hi in BUCKETS]
+    for ax, (run, table) in zip(axes.ravel(), tables, strict=True):
+        for j, (role, c) in enumerate(sorted(table["role"].items())):
+            rows = c.reliability()
+            ys = [rate if n else float("nan") for _, n, rate, _ in rows]
+            ax.plot(mids, ys, marker="o", color=f"C{j}", label=f"{role} (AUROC {c.auroc:.2f})")
+        ax.set_xlim(0, 10)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("coach score (bucket middle)")
+        ax.set_ylabel("episode success rate")
+        ax.set_title(f"{run.label}: reliability" if len(runs) > 1 else "reliability", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path, "\n\n".join(f"{run.label}\n{format_calibration(t)}" for run, t in tables)

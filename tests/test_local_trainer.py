@@ -222,3 +222,55 @@ def test_role_weights_frozen_and_shared(tiny_model, tmp_path):
         assert solver["samples"] >= 4 and coder["samples"] >= 4  # each role's own samples, counted apart
     # checkpoints and resume hold the frozen role (no optimiser state) as well
     trainer.load_state(tmp_path / "checkpoints" / "iter-00001")
+
+
+@needs
+def test_rollouts_from_trains_on_another_runs_episodes_rescored(tiny_model, tmp_path):
+    """Issue 20, item 4: `--rollouts-from RUN --coach rule` trains on RUN's stored episodes (no new rollouts),
+    each action re-scored by the rule coach (its reward the new score / 10, the source's evaluation kept beside
+    it), flagged as off-policy in the metrics; a source without the iterations asked for is refused up front."""
+    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from mappa_envs.core import read_jsonl
+
+    common = dict(
+        model=tiny_model, iterations=2, prompts_per_iteration=2, samples_per_prompt=2, max_new_tokens=12, lr=1e-3
+    )
+    source = LocalTrainer(
+        TrainConfig(**common, out_dir=str(tmp_path / "src"), coach="mappa_envs.coach:LengthCoach", truncated="keep")
+    )
+    source.train()
+    assert source.generated_tokens() > 0
+    source.close()
+    cfg = TrainConfig(
+        **common, out_dir=str(tmp_path / "new"), coach="rule", truncated="keep", rollouts_from=str(tmp_path / "src")
+    )
+    trainer = LocalTrainer(cfg)
+    metrics = trainer.train()
+    assert trainer.generated_tokens() == 0 and len(metrics) == 2  # nothing was rolled out
+    trainer.close()
+    for it in range(2):
+        old = list(read_jsonl(tmp_path / "src" / "rollouts" / f"iter-{it:05d}.jsonl"))
+        new = list(read_jsonl(tmp_path / "new" / "rollouts" / f"iter-{it:05d}.jsonl"))
+        assert sorted(r.episode_id for r in new) == sorted(r.episode_id for r in old)
+        by_id = {r.episode_id: r for r in old}
+        for rec in new:
+            for act, before in zip(rec.actions, by_id[rec.episode_id].actions, strict=True):
+                assert act.output == before.output
+                assert act.info["coach_original"] == before.info["coach"]  # the source's evaluation, kept
+                assert act.info["coach"]["parse"] == "rule" and act.reward == act.info["coach"]["score"] / 10
+        assert (tmp_path / "new" / "rescored" / f"iter-{it:05d}" / "trajectories.jsonl").exists()
+        m = metrics[it]
+        assert m["rollouts_from"] == str(tmp_path / "src") and m["episodes"] == 4
+        for role in ("problem_solver", "code_executor", "verifier"):
+            assert m[role]["off_policy_uncorrected"] == m[role]["samples"] > 0  # this trainer's ratio is always 1
+    # the rule coach's rewards differ from the length coach's: the new run trained on the new rewards
+    new_rewards = [a.reward for r in read_jsonl(tmp_path / "new" / "rollouts" / "iter-00000.jsonl") for a in r.actions]
+    old_rewards = [a.reward for r in read_jsonl(tmp_path / "src" / "rollouts" / "iter-00000.jsonl") for a in r.actions]
+    assert sorted(new_rewards) != sorted(old_rewards)
+    too_many = TrainConfig(
+        **{**common, "iterations": 3}, out_dir=str(tmp_path / "x"), rollouts_from=str(tmp_path / "src")
+    )
+    with pytest.raises(ValueError, match=r"no stored episodes for iteration\(s\) \[3\] of 3"):
+        LocalTrainer(too_many)
+    with pytest.raises(ValueError, match="not a `mappa train` run folder"):
+        LocalTrainer(TrainConfig(**common, out_dir=str(tmp_path / "y"), rollouts_from=str(tmp_path / "nothing")))

@@ -43,7 +43,7 @@ def test_report_of_a_process_and_an_outcome_run(tmp_path):
     out = tmp_path / "report"
     argv = ["report", "run", str(tmp_path / "coach"), str(tmp_path / "outcome"), "--label", "coach"]
     assert main([*argv, "--label", "outcome", "--out", str(out)]) == 0
-    for name in ("curves.png", "coach_scores.png", "coach_bias.png"):
+    for name in ("curves.png", "coach_scores.png", "coach_bias.png", "calibration.png"):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, name
     md = (out / "report.md").read_text()
@@ -56,4 +56,4 @@ def test_report_of_a_process_and_an_outcome_run(tmp_path):
         and "| coach | problem_solver | 8 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 8 | 0 | 0 | 0 | 0 | 0 |" in md
     )
     page = (out / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 3 and "<table>" in page
+    assert page.count("data:image/png;base64,") == 4 and "<table>" in page

@@ -61,6 +61,12 @@ TRAIN_OPTIONS: tuple[Option, ...] = (
         "truncated importance sampling of the engines' numerics: min(pi_trainer/pi_engine, CAP) per token (0: off)",
         type=float,
     ),
+    _o(
+        "--rollouts-from",
+        "rollouts_from",
+        "a run folder: train on its stored episodes, re-scored by --coach, instead of new rollouts (off-policy)",
+        metavar="RUN",
+    ),
     _o("--eval-split", "eval_split", "held-out split (tasks with named splits)"),
     _o("--eval-extra-split", "eval_extra_splits", "another held-out split, repeatable", action="append", metavar="S"),
     _o("--eval-episodes", "eval_episodes", "held-out problems before and after training", type=int),

@@ -35,14 +35,21 @@ def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     return wins / (len(pos) * len(neg))
 
 
-def auroc_interval(a: float, n_pos: int, n_neg: int) -> tuple[float, float]:
-    """A 95% interval of an AUROC (Hanley & McNeil, 1982, standard error)."""
+def auroc_se(a: float, n_pos: int, n_neg: int) -> float:
+    """The standard error of an AUROC (Hanley & McNeil, 1982); NaN without both classes."""
     if math.isnan(a) or not n_pos or not n_neg:
-        return (float("nan"), float("nan"))
+        return float("nan")
     q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
     var = (a * (1 - a) + (n_pos - 1) * (q1 - a * a) + (n_neg - 1) * (q2 - a * a)) / (n_pos * n_neg)
-    half = 1.96 * math.sqrt(max(var, 0.0))
-    return (max(0.0, a - half), min(1.0, a + half))
+    return math.sqrt(max(var, 0.0))
+
+
+def auroc_interval(a: float, n_pos: int, n_neg: int) -> tuple[float, float]:
+    """A 95% interval of an AUROC (Hanley & McNeil's standard error)."""
+    se = auroc_se(a, n_pos, n_neg)
+    if math.isnan(se):
+        return (float("nan"), float("nan"))
+    return (max(0.0, a - 1.96 * se), min(1.0, a + 1.96 * se))
 
 
 @dataclass
@@ -59,6 +66,11 @@ class Calibration:
     def auroc_ci95(self) -> tuple[float, float]:
         n_pos = sum(self.success)
         return auroc_interval(self.auroc, n_pos, len(self.success) - n_pos)
+
+    @property
+    def auroc_se(self) -> float:
+        n_pos = sum(self.success)
+        return auroc_se(self.auroc, n_pos, len(self.success) - n_pos)
 
     @property
     def informative(self) -> bool:
@@ -92,6 +104,36 @@ def calibration(records: Iterable[EpisodeRecord], key: str = "coach") -> dict[st
     return dict(out)
 
 
+@dataclass(frozen=True)
+class CalibrationGap:
+    """Two groups of one dimension (two task types, two roles) whose AUROCs differ: ``diff = auroc_a - auroc_b``,
+    with a two-sided z-test p-value (the groups' actions treated as independent samples)."""
+
+    dimension: str
+    a: str
+    b: str
+    diff: float
+    p_value: float
+
+    @property
+    def significant(self) -> bool:
+        return self.p_value < 0.05
+
+
+def calibration_gaps(table: dict[str, dict[str, Calibration]], dims: Sequence[str] = ("task_type", "role")):
+    """Every pair of groups, per dimension, whose AUROCs are both defined: how far the coach's scores predict
+    success better for one than for the other (the paper's regression-above-classification bias shows here)."""
+    gaps = []
+    for dim in dims:
+        groups = sorted((g, c) for g, c in table.get(dim, {}).items() if not math.isnan(c.auroc_se))
+        for i, (ga, ca) in enumerate(groups):
+            for gb, cb in groups[i + 1 :]:
+                diff, se = ca.auroc - cb.auroc, math.hypot(ca.auroc_se, cb.auroc_se)
+                p = 1.0 if se == 0 else math.erfc(abs(diff) / se / math.sqrt(2))
+                gaps.append(CalibrationGap(dim, ga, gb, diff, p))
+    return gaps
+
+
 def format_calibration(table: dict[str, dict[str, Calibration]], name: str = "coach") -> str:
     """Markdown: per group the AUROC with its interval (and whether it is informative), then the reliability table
     of the whole set."""
@@ -102,13 +144,34 @@ def format_calibration(table: dict[str, dict[str, Calibration]], name: str = "co
             lo, hi = c.auroc_ci95
             note = "" if c.informative else " (not above chance)"
             label = group if dim == "all" else f"{dim} {group}"
-            lines.append(f"| {label} | {len(c.scores)} | {sum(c.success)} | {c.auroc:.2f} [{lo:.2f}, {hi:.2f}]{note} |")
+            value = (
+                "- (every episode had the same outcome)"
+                if math.isnan(c.auroc)
+                else f"{c.auroc:.2f} [{lo:.2f}, {hi:.2f}]{note}"
+            )
+            lines.append(f"| {label} | {len(c.scores)} | {sum(c.success)} | {value} |")
     whole = table.get("all", {}).get("all")
     if whole is not None:
         lines += ["", "| score | actions | episode success [95% CI] |", "|---|---|---|"]
         for bucket, n, rate, (lo, hi) in whole.reliability():
             lines.append(f"| {bucket} | {n} | {rate:.0%} [{lo:.0%}, {hi:.0%}] |" if n else f"| {bucket} | 0 | - |")
+    gaps = calibration_gaps(table)
+    if gaps:
+        lines += ["", "| calibration gap | AUROC difference | p (two-sided) |", "|---|---|---|"]
+        for g in gaps:
+            mark = " (significant)" if g.significant else ""
+            lines.append(f"| {g.dimension}: {g.a} - {g.b} | {g.diff:+.2f} | {g.p_value:.3g}{mark} |")
     return "\n".join(lines)
 
 
-__all__ = ["BUCKETS", "Calibration", "auroc", "auroc_interval", "calibration", "format_calibration"]
+__all__ = [
+    "BUCKETS",
+    "Calibration",
+    "CalibrationGap",
+    "auroc",
+    "auroc_interval",
+    "auroc_se",
+    "calibration",
+    "calibration_gaps",
+    "format_calibration",
+]
