@@ -16,6 +16,39 @@ def mathchat():
     env.close()
 
 
+def _stored_episodes(path, n=3):
+    """``n`` MathChat episodes scored by the rule coach during the rollout, written as a trajectory file."""
+    import mappa_envs
+    from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
+    from mappa_envs.core import write_jsonl
+
+    replies = {
+        "problem_solver": "Add them: 6 + 7 = 13. \\boxed{13}",
+        "code_executor": "```python\nprint(6 + 7)\n```",
+        "verifier": "The code printed 13. \\boxed{13}",
+    }
+    records = []
+    for i in range(n):
+        env = CoachRewardWrapper(
+            mappa_envs.make("mappa/MathChat-v0", split="arith1-eval", prompt_style="small"), RuleBasedCoach(),
+            blocking=True,
+        )  # fmt: skip
+        env.reset(seed=i, options={"task_index": i})
+        for agent in env.agent_iter():
+            _, _, term, trunc, _ = env.last()
+            env.step(None if term or trunc else replies[env.unwrapped.role(agent).name])
+        records.append(env.unwrapped.record)
+        env.close()
+    write_jsonl(path, records)
+    return records
+
+
+@pytest.fixture
+def stored_episodes():
+    """A function writing ``n`` MathChat episodes (scored by the rule coach during the rollout) to a file."""
+    return _stored_episodes
+
+
 REAL_CONTAINER = ("docker", "bubblewrap")
 
 

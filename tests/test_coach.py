@@ -343,33 +343,6 @@ def test_the_rule_coach_takes_the_roles_rules_from_the_task_not_from_role_names(
     assert "timed out" in timed_out.reasoning
 
 
-def _stored_episodes(path, n=3):
-    """``n`` MathChat episodes scored by the rule coach during the rollout, written as a trajectory file."""
-    import mappa_envs
-    from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
-    from mappa_envs.core import write_jsonl
-
-    replies = {
-        "problem_solver": "Add them: 6 + 7 = 13. \\boxed{13}",
-        "code_executor": "```python\nprint(6 + 7)\n```",
-        "verifier": "The code printed 13. \\boxed{13}",
-    }
-    records = []
-    for i in range(n):
-        env = CoachRewardWrapper(
-            mappa_envs.make("mappa/MathChat-v0", split="arith1-eval", prompt_style="small"), RuleBasedCoach(),
-            blocking=True,
-        )  # fmt: skip
-        env.reset(seed=i, options={"task_index": i})
-        for agent in env.agent_iter():
-            _, _, term, trunc, _ = env.last()
-            env.step(None if term or trunc else replies[env.unwrapped.role(agent).name])
-        records.append(env.unwrapped.record)
-        env.close()
-    write_jsonl(path, records)
-    return records
-
-
 class _Counting:
     """A coach that counts its calls (and raises at call ``fail_at``, as a killed process stops)."""
 
@@ -386,14 +359,14 @@ class _Counting:
         return self.inner.evaluate(inp)
 
 
-def test_rescore_rebuilds_the_wrappers_inputs_and_resumes_without_asking_again(tmp_path):
+def test_rescore_rebuilds_the_wrappers_inputs_and_resumes_without_asking_again(tmp_path, stored_episodes):
     """`mappa rescore` (issue 20): stored episodes re-scored without new rollouts. The inputs are rebuilt as the
     reward wrapper built them (the same rule coach gives every stored score back); a re-score killed midway
     continues without asking the coach again for the actions it had scored (the calls are counted)."""
     from mappa_envs.coach import RuleBasedCoach, rescore
     from mappa_envs.core import read_jsonl
 
-    records = _stored_episodes(tmp_path / "episodes.jsonl")
+    records = stored_episodes(tmp_path / "episodes.jsonl")
     total = sum(len(r.actions) for r in records)
     stats = rescore(tmp_path / "episodes.jsonl", RuleBasedCoach(), tmp_path / "same", log=lambda *_: None)
     assert (stats.episodes, stats.actions, stats.calls, stats.reused) == (3, total, total, 0)

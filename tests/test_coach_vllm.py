@@ -82,3 +82,63 @@ def test_openai_backend_scores_a_mathchat_episode_through_vllm_serve(vllm_url):
         assert e["fallback_used"] == (e["parse"] == "fallback")  # a fallback is always flagged
     assert coach.stats.counts["calls"] == 4
     assert coach.stats.counts["fallbacks"] == sum(e["fallback_used"] for e in evals)
+
+
+class _KilledAt:
+    """Wraps a coach: counts its calls and raises at call ``fail_at`` (as a killed process stops)."""
+
+    def __init__(self, inner, fail_at=None):
+        import threading
+
+        self.inner, self.fail_at, self.calls, self.lock = inner, fail_at, 0, threading.Lock()
+
+    def evaluate(self, inp):
+        with self.lock:
+            self.calls += 1
+            if self.fail_at is not None and self.calls >= self.fail_at:
+                raise KeyboardInterrupt("killed")
+        return self.inner.evaluate(inp)
+
+
+def test_rescore_through_vllm_serve_per_action_and_hindsight_and_resume(vllm_url, tmp_path, stored_episodes):
+    """Issue 20's acceptance: stored episodes re-scored by an LLM coach through a real `vllm serve` (and by its
+    hindsight form, one call per episode), both evaluations kept per action; a re-score killed midway resumes
+    without asking the server again for what it had scored (the calls are counted)."""
+    import json
+
+    from benchmarks.cli import main
+    from mappa_envs.coach import LLMCoach, OpenAIChatBackend, rescore
+    from mappa_envs.core import read_jsonl
+
+    records = stored_episodes(tmp_path / "episodes.jsonl", n=3)
+    total = sum(len(r.actions) for r in records)
+
+    def llm():
+        return LLMCoach(OpenAIChatBackend("smol", base_url=vllm_url, max_tokens=48, timeout_s=120), backoff_s=0.1)
+
+    killed = _KilledAt(llm(), fail_at=6)
+    with pytest.raises(KeyboardInterrupt):
+        rescore(tmp_path / "episodes.jsonl", killed, tmp_path / "llm", concurrency=1, log=lambda _: None)
+    scored = len((tmp_path / "llm" / "evaluations.jsonl").read_text().splitlines())
+    assert scored == 5
+    again = _KilledAt(llm())
+    stats = rescore(tmp_path / "episodes.jsonl", again, tmp_path / "llm", concurrency=2, log=lambda _: None)
+    assert again.calls == total - scored and stats.reused == scored and stats.episodes == 3
+    for rec in read_jsonl(tmp_path / "llm" / "trajectories.jsonl"):
+        for act in rec.actions:
+            new, old = act.info["rescored"], act.info["coach"]
+            assert old["parse"] == "rule" and new["backend"].startswith("openai:smol@http://127.0.0.1")
+            assert 0 <= new["score"] <= 10 and new["fallback_used"] == (new["parse"] == "fallback")
+            assert new["raw_reply"].strip() or new["fallback_used"]
+    spec = f"llm-hindsight:smol@{vllm_url}"
+    argv = ["rescore", str(tmp_path / "episodes.jsonl"), "--coach", spec, "--out", str(tmp_path / "hs")]
+    assert main(argv) == 0
+    summary = json.loads((tmp_path / "hs" / "summary.json").read_text())
+    assert summary["calls"] == total and summary["requests"] == 3 and summary["episodes"] == 3
+    for rec in read_jsonl(tmp_path / "hs" / "trajectories.jsonl"):
+        evals = [a.info["rescored"] for a in rec.actions]
+        assert all(e["backend"] == f"hindsight:openai:smol@{vllm_url}" for e in evals)
+        assert len({e["raw_reply"] for e in evals}) == 1  # one reply scored the whole episode
+        assert all(e["fallback_used"] == (e["parse"] == "fallback") for e in evals)
+    assert main(argv) == 0  # resumed: every episode is already written, nothing is asked again
+    assert json.loads((tmp_path / "hs" / "summary.json").read_text())["calls"] == 0

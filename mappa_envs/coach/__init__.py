@@ -2,6 +2,7 @@
 
 from .coaches import Coach, CoachStats, EnsembleCoach, LengthCoach
 from .llm import CoachCache, LLMCoach, OpenAIChatBackend
+from .llm_hindsight import LLMHindsightCoach
 from .protocol import CoachEvaluation, CoachInput, FileInfo, Templates, parse_answer_correct, parse_score
 from .rescore import RescoreStats, coach_from_spec, rescore
 from .rule_based import RuleBasedCoach
@@ -18,6 +19,7 @@ __all__ = [
     "EnsembleCoach",
     "FileInfo",
     "LLMCoach",
+    "LLMHindsightCoach",
     "LengthCoach",
     "MixedRewardWrapper",
     "OpenAIChatBackend",

@@ -18,8 +18,8 @@ import hashlib
 import importlib
 import json
 import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,21 +29,42 @@ from .coaches import Coach
 from .hindsight import HindsightCoach, RuleHindsightCoach
 from .protocol import CoachEvaluation, CoachInput, inputs_for_episode
 from .rule_based import RuleBasedCoach
-from .wrapper import CoachPool
+from .wrapper import CoachPool, EpisodePart
 
 
 def coach_from_spec(spec: str) -> Coach:
     """``rule`` (:class:`RuleBasedCoach`), ``rule-hindsight`` (:class:`~mappa_envs.coach.hindsight.
-    RuleHindsightCoach`) or ``package.module:factory`` (called with no arguments; a coach with ``evaluate_episode``
-    is a hindsight coach)."""
+    RuleHindsightCoach`), ``llm:MODEL@URL`` (:class:`~mappa_envs.coach.LLMCoach` on an OpenAI-compatible server),
+    ``llm-hindsight:MODEL@URL`` (:class:`~mappa_envs.coach.llm_hindsight.LLMHindsightCoach`: one call per episode)
+    or ``package.module:factory`` (called with no arguments; a coach with ``evaluate_episode`` is a hindsight
+    coach)."""
     if spec == "rule":
         return RuleBasedCoach()
     if spec == "rule-hindsight":  # one call per episode, scores every action knowing the outcome
         return RuleHindsightCoach()
+    for prefix in ("llm:", "llm-hindsight:"):
+        if spec.startswith(prefix):
+            return _llm_coach(spec[len(prefix) :], hindsight=prefix == "llm-hindsight:")
     if ":" in spec:
         module, _, name = spec.partition(":")
         return getattr(importlib.import_module(module), name)()
-    raise ValueError(f"coach must be 'rule' or 'package.module:factory', not {spec!r}")
+    raise ValueError(
+        f"coach must be 'rule', 'rule-hindsight', 'llm:MODEL@URL', 'llm-hindsight:MODEL@URL' or "
+        f"'package.module:factory', not {spec!r}"
+    )
+
+
+def _llm_coach(target: str, hindsight: bool) -> Coach:
+    """``MODEL@URL`` (an OpenAI-compatible server, e.g. ``vllm serve``; key from ``OPENAI_API_KEY`` or none for a
+    local one) or ``MODEL`` (the default OpenAI endpoint)."""
+    from .llm import LLMCoach, OpenAIChatBackend
+    from .llm_hindsight import LLMHindsightCoach
+
+    model, _, url = target.partition("@")
+    if not model:
+        raise ValueError(f"an LLM coach needs a model name: 'llm:MODEL@URL', not {target!r}")
+    backend = OpenAIChatBackend(model, base_url=url or None, max_tokens=1024 if hindsight else 512)
+    return LLMHindsightCoach(backend) if hindsight else LLMCoach(backend)
 
 
 def episode_files(source: str | Path) -> list[Path]:
@@ -64,6 +85,8 @@ class RescoreStats:
     actions: int = 0
     calls: int = 0
     """Evaluations asked of the coach in this run."""
+    requests: int = 0
+    """Coach calls made for them (a hindsight coach makes one per episode)."""
     reused: int = 0
     """Evaluations read back from an earlier, interrupted run, or of an identical action (not asked again)."""
     fallbacks: int = 0
@@ -106,6 +129,38 @@ class _EnvMeta:
         return out
 
 
+class _Sink:
+    """Where a re-score writes: each new evaluation appended to the cache file as soon as it is read (before the
+    next action's), each finished episode to the trajectories file."""
+
+    def __init__(self, cache, traj, done: dict[str, CoachEvaluation], name: str):
+        self.cache, self.traj, self.done, self.name = cache, traj, done, name
+        self.stats, self._lock = RescoreStats(), threading.Lock()
+
+    def keep(self, key: str, ev: CoachEvaluation) -> CoachEvaluation:
+        with self._lock:
+            self.cache.write(json.dumps({"key": key, "evaluation": ev.to_dict()}) + "\n")
+            self.cache.flush()
+            self.done[key] = ev
+        return ev
+
+    def finish(self, record: EpisodeRecord, keys: list[str], futures: dict[str, Any]) -> None:
+        stats = self.stats
+        for act, key in zip(record.actions, keys, strict=True):
+            if key in futures:
+                ev = self.keep(key, futures.pop(key).result())
+                stats.calls += 1
+            else:  # scored by an earlier, interrupted run (or an identical action)
+                ev = self.done[key]
+                stats.reused += 1
+            stats.fallbacks += ev.fallback_used
+            act.info[self.name] = ev.to_dict()
+        self.traj.write(record.to_json() + "\n")
+        self.traj.flush()
+        stats.episodes += 1
+        stats.actions += len(record.actions)
+
+
 def rescore(
     source: str | Path,
     coach: Coach | HindsightCoach,
@@ -117,24 +172,20 @@ def rescore(
     log: Callable[[str], Any] = print,
 ) -> RescoreStats:
     """Re-score every action of ``source``'s episodes with ``coach`` into ``out_dir`` (see the module docstring).
-    ``env_kwargs``: per env id, the arguments its episodes were made with (a run's ``config.json`` gives them)."""
+    ``env_kwargs``: per env id, the arguments its episodes were made with (a run's ``config.json`` gives them).
+    Up to ``concurrency`` calls run at once, and as many episodes are in flight (a hindsight coach's one call per
+    episode runs alongside others'); episodes are written, and their evaluations kept, in order."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cache_path, traj_path = out / "evaluations.jsonl", out / "trajectories.jsonl"
     done = _read_cache(cache_path)
     finished = {json.loads(ln)["episode_id"] for ln in _lines(traj_path)}
-    stats, lock = RescoreStats(), threading.Lock()
     meta, pool = _EnvMeta(env_kwargs or {}), CoachPool(coach, max_concurrency=concurrency)
     try:
         with cache_path.open("a", encoding="utf-8") as cache, traj_path.open("a", encoding="utf-8") as traj:
-
-            def keep(key: str, ev: CoachEvaluation) -> CoachEvaluation:
-                with lock:  # each evaluation is on disk before the next action's
-                    cache.write(json.dumps({"key": key, "evaluation": ev.to_dict()}) + "\n")
-                    cache.flush()
-                    done[key] = ev
-                return ev
-
+            sink = _Sink(cache, traj, done, name)
+            stats = sink.stats
+            window: deque[tuple[EpisodeRecord, list[str], dict[str, Any]]] = deque()
             for path in episode_files(source):
                 for record in read_jsonl(path):
                     if record.episode_id in finished:  # written whole by an earlier, interrupted run
@@ -142,25 +193,18 @@ def rescore(
                         stats.actions += len(record.actions)
                         stats.reused += len(record.actions)
                         continue
-                    keys, futures = _submit(coach, pool, meta.inputs(record), record, done)
-                    for act, key in zip(record.actions, keys, strict=True):
-                        if key in futures:
-                            ev = keep(key, futures.pop(key).result())
-                            stats.calls += 1
-                        else:  # scored by an earlier, interrupted run (or an identical action)
-                            ev = done[key]
-                            stats.reused += 1
-                        stats.fallbacks += ev.fallback_used
-                        act.info[name] = ev.to_dict()
-                    traj.write(record.to_json() + "\n")
-                    traj.flush()
-                    stats.episodes += 1
-                    stats.actions += len(record.actions)
+                    window.append((record, *_submit(coach, pool, meta.inputs(record), record, done)))
+                    if len(window) >= max(1, concurrency):
+                        sink.finish(*window.popleft())
+            while window:
+                sink.finish(*window.popleft())
     finally:
         pool.close()
+    stats.requests = pool.submitted
     (out / "summary.json").write_text(json.dumps({"source": str(source), "name": name, **asdict(stats)}, indent=1))
-    log(f"[rescore] {stats.episodes} episodes, {stats.actions} actions: {stats.calls} coach calls, {stats.reused} "
-        f"re-used from an earlier run, {stats.fallbacks} fallbacks -> {traj_path}")  # fmt: skip
+    log(f"[rescore] {stats.episodes} episodes, {stats.actions} actions: {stats.calls} evaluations in "
+        f"{stats.requests} coach calls, {stats.reused} re-used from an earlier run, {stats.fallbacks} fallbacks "
+        f"-> {traj_path}")  # fmt: skip
     return stats
 
 
@@ -169,25 +213,15 @@ def _submit(coach: Any, pool: CoachPool, inputs: list[CoachInput], record: Episo
     keys = [inp.key() for inp in inputs]
     if isinstance(coach, HindsightCoach):  # one call sees the whole episode: keyed by it
         keys = [f"hindsight:{_episode_key(keys)}:{i}" for i in range(len(keys))]
-        return keys, _hindsight_call(coach, inputs, record, keys, done)
+        if all(k in done for k in keys):
+            return keys, {}
+        whole = pool.submit_episode(inputs, record)
+        return keys, {k: EpisodePart(whole, i) for i, k in enumerate(keys)}
     return keys, {k: pool.submit(inp) for k, inp in zip(keys, inputs, strict=True) if k not in done}
 
 
 def _episode_key(keys: list[str]) -> str:
     return hashlib.sha256("|".join(keys).encode()).hexdigest()
-
-
-def _hindsight_call(coach: Any, inputs: list[CoachInput], record: EpisodeRecord, keys: list[str], done: dict):
-    """A hindsight coach's evaluations of one episode as already-resolved futures (none when a previous run
-    scored it)."""
-    if all(k in done for k in keys):
-        return {}
-    out = {}
-    for key, ev in zip(keys, coach.evaluate_episode(inputs, record), strict=True):
-        f: Future = Future()
-        f.set_result(ev)
-        out[key] = f
-    return out
 
 
 def _lines(path: Path) -> list[str]:

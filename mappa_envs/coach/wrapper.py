@@ -48,7 +48,7 @@ class CoachPool:
         self._executor.shutdown(wait=True)
 
 
-class _Part:
+class EpisodePart:
     """The evaluation of action ``i`` out of a hindsight coach's whole-episode call (a future's interface)."""
 
     def __init__(self, whole: Future, i: int):
@@ -195,7 +195,7 @@ class CoachRewardWrapper(_RewardWrapper):
                 self._give(act.agent, act.reward)
             return
         whole = self.pool.submit_episode(list(inputs), record)
-        self._pending.extend((act, _Part(whole, i)) for i, act in enumerate(acts))
+        self._pending.extend((act, EpisodePart(whole, i)) for i, act in enumerate(acts))
 
     def _attach(self, act: ActionRecord, ev: CoachEvaluation) -> None:
         act.info["coach"] = ev.to_dict()
