@@ -265,6 +265,20 @@ def _check_role_weights(cfg: TrainConfig, roles: list[str] | None) -> Check:
     return Check("role weights", True, ", ".join(f"{r} {s.kind}{':' + s.of if s.of else ''}" for r, s in specs.items()))
 
 
+def _check_placement(cfg: TrainConfig, roles: list[str] | None) -> Check:
+    """The placement's keys name actors of this task (whether the cluster has the resources is checked when the
+    trainer joins it: :func:`baselines.cluster.check_cluster`)."""
+    from .cluster import placement_key_problems
+
+    if cfg.trainer != "ray":
+        return Check("placement", False, "placement puts the distributed trainer's actors on nodes (trainer='ray')")
+    if roles is None:
+        return Check("placement", False, "the task's roles are unknown (its env could not be built)")
+    problems = placement_key_problems(cfg.placement, roles)
+    detail = "; ".join(problems) or ", ".join(f"{k} on {v}" for k, v in cfg.placement.items())
+    return Check("placement", not problems, detail)
+
+
 def check_config(cfg: TrainConfig, *, roles: list[str] | None = None, n_tasks: int | None = None) -> list[Check]:
     """Every pre-flight check of ``cfg`` (see the module docstring). ``roles`` and ``n_tasks``: the training
     environment's, when the caller has built it already (otherwise it is built here). Loads no model, starts no
@@ -278,6 +292,8 @@ def check_config(cfg: TrainConfig, *, roles: list[str] | None = None, n_tasks: i
     checks += [_check_estimator(cfg), _check_options(cfg)]
     if cfg.role_weights or cfg.share_model:
         checks.append(_check_role_weights(cfg, found_roles))
+    if cfg.placement:
+        checks.append(_check_placement(cfg, found_roles))
     checks.append(_check_memory(cfg, folder, len(found_roles) if found_roles else None))
     return checks
 

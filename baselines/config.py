@@ -133,6 +133,9 @@ class TrainConfig:
     for a 135M model, measured): the CPU demo uses 0."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: much less memory for long team contexts, ~same speed on CPU."""
+    placement: dict[str, str] = field(default_factory=dict)
+    """Distributed trainer on a Ray cluster: the custom resource each actor is placed by (keys ``engines``,
+    ``trainers``, ``ROLE``, ``engine:ROLE``, ``trainer:ROLE``; :mod:`baselines.cluster`). Empty: anywhere."""
     parallel_updates: bool | None = None
     """Update all roles at once (None: on GPU yes; on CPU no, where they would share the same cores and the peak
     memory of three updates would add up)."""

@@ -59,15 +59,22 @@ def ppo_clip_loss(
 class RoleLearner:
     """One role's trainable model, frozen reference and optimiser."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, cfg: TrainConfig, trained: bool = True):
+    def __init__(
+        self, model: torch.nn.Module, tokenizer: Any, cfg: TrainConfig, trained: bool = True, reference: Any = None
+    ):
+        """``reference``: the frozen reference policy when the caller has one (a LoRA role's: its base with the
+        adapters disabled, :mod:`baselines.lora`); otherwise a copy of ``model`` is taken."""
         self.model, self.tokenizer, self.cfg = model, tokenizer, cfg
         if not trained:  # a frozen role: it acts, and holds no reference or optimiser
             model.requires_grad_(False)
             self.ref, self.optimizer = model, None
             return
-        self.ref = copy.deepcopy(model).eval()
-        for p in self.ref.parameters():
-            p.requires_grad_(False)
+        if reference is not None:
+            self.ref = reference
+        else:
+            self.ref = copy.deepcopy(model).eval()
+            for p in self.ref.parameters():
+                p.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
@@ -174,6 +181,13 @@ class LocalTrainer(TrainerBase):
         for role in [r for r in self.roles if self.weights[r].kind in ("full", "frozen")]:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
             self.learners[role] = RoleLearner(model, self.tokenizer, cfg, trained=self.weights[role].kind == "full")
+        lora = {r: self.weights[r].rank for r in self.roles if self.weights[r].kind == "lora"}
+        if lora:  # one base for every LoRA role, an adapter each
+            from .lora import SharedBase
+
+            shared = SharedBase(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), lora)
+            for role, view in shared.views.items():
+                self.learners[role] = RoleLearner(view, self.tokenizer, cfg, reference=view.reference())
         for owner, roles in self.groups.items():
             self.learners.update({r: self.learners[owner] for r in roles})
         gen = GenerationConfig(

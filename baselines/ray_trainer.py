@@ -24,7 +24,6 @@ equal fractions; with several GPUs Ray spreads them.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -32,20 +31,13 @@ from typing import Any
 import torch
 
 from .advantages import RoleBatch, advantages_by_role
+from .cluster import actor_resources, check_cluster, ray_init, write_placement
 from .config import TrainConfig
 from .distributed import RoleWorker, plan_shards
 from .engines import VLLMEngine, VLLMPolicy
 from .loop import TrainerBase
 from .rendezvous import start_ranks
 from .samples import Sample, sample_rows
-
-_ACTOR_ENV = {
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "TOKENIZERS_PARALLELISM": "false",
-    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    "VLLM_CONFIGURE_LOGGING": "0",
-    "DS_ACCELERATOR": "",
-}
 
 
 def _batch_figures(batch: RoleBatch, adv: list[Any], samples: int) -> dict[str, float]:
@@ -66,34 +58,6 @@ def _mini_batches(n: int, size: int | None, seed: int) -> list[list[int]]:
         return [list(range(n))]
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
     return [sorted(order[i : i + size]) for i in range(0, n, size)]
-
-
-def ray_init(cfg: TrainConfig) -> None:
-    """Start (or join) Ray with the actors' environment: thread counts, vLLM's CPU KV cache, DeepSpeed's
-    accelerator, and where ``mappa train`` sends the actors' output (``MAPPA_ACTOR_LOG_DIR``). A local cluster of
-    our own gets a capped object store and the machine's CPUs."""
-    import ray
-
-    device = cfg.resolved_device()
-    env = dict(_ACTOR_ENV, DS_ACCELERATOR="cuda" if device == "cuda" else "cpu")
-    if device == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.engine_kv_cache_gb)))
-        # Ray pins OMP_NUM_THREADS=1 in actors that reserve no CPU, which halves every phase on a 2-core
-        # machine; the phases (generation, log-probs, updates) mostly run one process at a time: all cores
-        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(os.cpu_count() or 1))
-    # `mappa train` (not --verbose) sends the actors' output to files in the run folder instead of the console
-    log_dir = os.environ.get("MAPPA_ACTOR_LOG_DIR")
-    if log_dir:
-        env["MAPPA_ACTOR_LOG_DIR"] = log_dir
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if not ray.is_initialized():
-        init: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": not log_dir}
-        if "RAY_ADDRESS" not in os.environ:  # a local cluster of our own, capped
-            # the store carries each role's full weights to its engine at every sync: room for one 135M-parameter
-            # fp32 model (0.54 GB) plus slack; larger models spill to disk (slower syncs) unless given more
-            store = int(os.environ.get("MAPPA_RAY_OBJECT_STORE_BYTES", 1536 * 1024**2))
-            init.update(include_dashboard=False, object_store_memory=store, num_cpus=os.cpu_count())
-        ray.init(**init)
 
 
 class RayTrainer(TrainerBase):
@@ -131,11 +95,14 @@ class RayTrainer(TrainerBase):
             opts = {"num_cpus": 1, "num_gpus": min(1.0, gpus / n_actors)}
         else:
             opts = {"num_cpus": 0}
+        per_actor = {"CPU": opts["num_cpus"], "GPU": opts.get("num_gpus", 0)}
+        check_cluster(ray, cfg.placement, list(self.roles), cfg.world_size, per_actor)  # before any actor starts
         Engine = ray.remote(VLLMEngine)
         Worker = ray.remote(RoleWorker)
         self.engines: dict[str, Any] = {}
         for i, role in enumerate(self.roles):
-            self.engines[role] = Engine.options(name=None, **opts).remote(
+            where = {"resources": actor_resources(cfg.placement, "engine", role)}
+            self.engines[role] = Engine.options(name=None, **opts, **where).remote(
                 path,
                 dtype=engine_dtype,
                 device=self.device,
@@ -149,12 +116,12 @@ class RayTrainer(TrainerBase):
                 ray.get(self.engines[role].ready.remote())
 
         def spawn(role: str, port: int) -> list[Any]:
-            return [
-                Worker.options(**opts).remote(role, r, cfg.world_size, port, path, cfg) for r in range(cfg.world_size)
-            ]
+            o = dict(opts, resources=actor_resources(cfg.placement, "trainer", role))
+            return [Worker.options(**o).remote(role, r, cfg.world_size, port, path, cfg) for r in range(cfg.world_size)]
 
         self.workers, self.rendezvous_retries = start_ranks(ray, list(self.roles), spawn)
         ray.get([e.ready.remote() for e in self.engines.values()])
+        write_placement(ray, self.out / "placement.json", self.engines, self.workers)
 
     def _policy(self, engine, temperature: float) -> VLLMPolicy:
         cfg = self.cfg

@@ -4,10 +4,12 @@
 - ``full``: its own full model, trained on its own samples (the default);
 - ``frozen``: acts with the base model and is never updated; its samples are not trained on (its coach scores are
   still logged);
-- ``shared:ROLE``: the same trainable weights as ``ROLE`` (itself ``full``): one optimiser step per iteration on both
-  roles' samples, each role's advantages normalised over its own samples as before (single-process trainer);
-- ``lora[:RANK]`` (an adapter per role on a shared frozen base) and ``full@MODEL`` (a role's own base model) are
-  parsed and refused with the reason: not built yet.
+- ``shared:ROLE``: the same trainable weights as ``ROLE`` (itself ``full`` or ``lora``): one optimiser step per
+  iteration on both roles' samples, each role's advantages normalised over its own samples as before
+  (single-process trainer);
+- ``lora[:RANK]``: its own LoRA adapter on one frozen base shared by every LoRA role (:mod:`baselines.lora`;
+  single-process trainer);
+- ``full@MODEL`` (a role's own base model) is parsed and refused with the reason: not built yet.
 
 >>> parse_spec("shared:problem_solver")
 WeightSpec(kind='shared', of='problem_solver', rank=None, model=None)
@@ -68,15 +70,20 @@ def spec_problems(role_weights: Mapping[str, str], roles: Sequence[str], trainer
             owner = specs.get(s.of or "", WeightSpec("full")) if s.of in roles else None
             if owner is None or s.of == role:
                 problems.append(f"{role}=shared:{s.of}: share the weights of another role of the task ({list(roles)})")
-            elif owner.kind != "full":
-                problems.append(f"{role}=shared:{s.of}: {s.of} is {owner.kind}; share the weights of a 'full' role")
+            elif owner.kind not in ("full", "lora"):
+                problems.append(
+                    f"{role}=shared:{s.of}: {s.of} is {owner.kind}; share the weights of a 'full' or 'lora' role"
+                )
             elif trainer != "local":
                 problems.append(
                     f"{role}=shared:{s.of}: shared weights are built for the single-process trainer only "
                     "(trainer='local'); the Ray trainer gives each role its own ranks and engine"
                 )
-        elif s.kind == "lora":
-            problems.append(f"{role}=lora: LoRA adapters per role are not built yet (issue 18); use full or shared")
+        elif s.kind == "lora" and trainer != "local":
+            problems.append(
+                f"{role}=lora: LoRA adapters are built for the single-process trainer only (trainer='local'); the Ray "
+                "trainer gives each role a full model"
+            )
         elif s.model:
             problems.append(f"{role}=full@{s.model}: a role's own base model is not built yet (issue 18)")
     return problems
@@ -101,10 +108,11 @@ def effective_role_weights(cfg: Any, roles: Sequence[str]) -> dict[str, str]:
 
 
 def weight_groups(specs: Mapping[str, WeightSpec]) -> dict[str, list[str]]:
-    """The trained weights: owner role -> the roles whose samples train them (itself first); frozen roles left out."""
+    """The trained weights: owner role (``full`` or ``lora``) -> the roles whose samples train them (itself first);
+    frozen roles left out."""
     groups: dict[str, list[str]] = {}
     for role, s in specs.items():
-        if s.kind == "full":
+        if s.kind in ("full", "lora"):
             groups.setdefault(role, []).insert(0, role)
         elif s.kind == "shared":
             groups.setdefault(s.of or "", []).append(role)

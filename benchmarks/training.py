@@ -203,12 +203,12 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
     from transformers import AutoTokenizer
 
     import mappa_envs
+    from baselines.cluster import ray_init
     from baselines.config import TrainConfig
     from baselines.distributed import RoleWorker
     from baselines.engines import VLLMEngine
     from baselines.models import resolve_model
     from baselines.presets import PRESETS
-    from baselines.ray_trainer import ray_init
 
     cfg: TrainConfig = PRESETS["demo-arith"]
     path = resolve_model(cfg.model)

@@ -296,13 +296,15 @@ def test_role_weight_specs_are_checked():
 
     roles = ["a", "b", "c"]
     assert weight_groups(role_specs({"b": "shared:a", "c": "frozen"}, roles, "local")) == {"a": ["a", "b"]}
+    lora = role_specs({"a": "lora:4", "b": "shared:a", "c": "frozen"}, roles, "local")
+    assert weight_groups(lora) == {"a": ["a", "b"]} and lora["a"].rank == 4
     for weights, trainer, why in (
         ({"d": "full"}, "local", "names 'd', not a role"),
         ({"a": "half"}, "local", "expected full, full@MODEL"),
         ({"a": "shared:a"}, "local", "another role"),
         ({"a": "frozen", "b": "shared:a"}, "local", "a is frozen"),
         ({"b": "shared:a"}, "ray", "single-process trainer only"),
-        ({"a": "lora:8"}, "local", "not built yet"),
+        ({"a": "lora:8"}, "ray", "single-process trainer only"),
         ({"a": "full@other-model"}, "local", "not built yet"),
     ):
         problems = spec_problems(weights, roles, trainer)

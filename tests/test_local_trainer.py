@@ -274,3 +274,71 @@ def test_rollouts_from_trains_on_another_runs_episodes_rescored(tiny_model, tmp_
         LocalTrainer(too_many)
     with pytest.raises(ValueError, match="not a `mappa train` run folder"):
         LocalTrainer(TrainConfig(**common, out_dir=str(tmp_path / "y"), rollouts_from=str(tmp_path / "nothing")))
+
+
+@needs
+def test_lora_shared_and_frozen_roles(tiny_model, tmp_path):
+    """Issue 18's map on the single-process trainer: `problem_solver=lora`, `code_executor=shared:problem_solver`
+    (the same adapter, one step on both roles' samples), `verifier=frozen`. After training: the frozen role's
+    weights are bit-identical, the two shared roles act with one adapter, the LoRA roles' base is untouched (every
+    base tensor bit-identical, only adapter tensors moved), the reference is the bare base; the export holds a
+    merged model (transformers) and the adapter (peft), and the merged model equals base + adapter."""
+    pytest.importorskip("peft")
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.lora import AdapterView
+
+    cfg = TrainConfig(
+        model=tiny_model,
+        trainer="local",
+        iterations=2,
+        prompts_per_iteration=2,
+        samples_per_prompt=2,
+        max_new_tokens=12,
+        lr=1e-2,
+        out_dir=str(tmp_path),
+        coach="mappa_envs.coach:LengthCoach",
+        truncated="keep",
+        role_weights={"problem_solver": "lora:4", "code_executor": "shared:problem_solver", "verifier": "frozen"},
+    )
+    trainer = LocalTrainer(cfg)
+    solver = trainer.learners["problem_solver"]
+    assert isinstance(solver.model, AdapterView) and trainer.learners["code_executor"] is solver
+    peft_model = solver.model.shared.peft
+    base0 = {n: p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" not in n}
+    adapter0 = solver.model.state_dict()
+    assert adapter0 and all("lora_" in n and ".problem_solver." in n for n in adapter0)
+    assert {id(p) for g in solver.optimizer.param_groups for p in g["params"]} == {
+        id(p) for p in solver.model.parameters()
+    }  # only the adapter is optimised
+    frozen0 = {k: v.clone() for k, v in trainer.learners["verifier"].model.state_dict().items()}
+    metrics = trainer.train()
+    assert all(m["problem_solver"]["skipped"] == 0 and m["verifier"]["frozen"] == 1 for m in metrics)
+    assert metrics[-1]["problem_solver"]["loss"] == metrics[-1]["code_executor"]["loss"]  # one step, both roles
+    for n, p in peft_model.named_parameters():
+        if "lora_" not in n:
+            assert torch.equal(p, base0[n]), f"base tensor {n} moved"
+    adapter1 = solver.model.state_dict()
+    assert any(not torch.equal(adapter1[n], adapter0[n]) for n in adapter0), "the adapter did not train"
+    frozen1 = trainer.learners["verifier"].model.state_dict()
+    assert all(torch.equal(frozen1[k], frozen0[k]) for k in frozen0)
+    # the reference is the bare base: its log-probs are the untrained model's
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
+    ids = torch.tensor([[1, 5, 9, 13, 2]])
+    with torch.no_grad():
+        ref_logits = solver.ref(input_ids=ids).logits
+        assert torch.allclose(ref_logits, fresh(input_ids=ids).logits, atol=1e-5)
+        assert not torch.allclose(solver.model(input_ids=ids).logits, ref_logits, atol=1e-5)
+    out = tmp_path / "models" / "problem_solver"
+    merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert torch.allclose(merged(input_ids=ids).logits, solver.model(input_ids=ids).logits, atol=1e-4)
+        adapter_dir = next(p.parent for p in (out / "adapter").rglob("adapter_config.json"))
+        again = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), adapter_dir).eval()
+        assert torch.allclose(again(input_ids=ids).logits, merged(input_ids=ids).logits, atol=1e-4)
+    # a checkpoint holds the adapter alone, and loads back
+    state = torch.load(tmp_path / "checkpoints" / "iter-00001" / "problem_solver.pt", weights_only=True)
+    assert set(state["model"]) == set(adapter0)
+    trainer.load_state(tmp_path / "checkpoints" / "iter-00001")

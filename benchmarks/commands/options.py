@@ -56,6 +56,14 @@ TRAIN_OPTIONS: tuple[Option, ...] = (
         metavar="ROLE=SPEC",
     ),
     _o(
+        "--place",
+        "placement",
+        "on a Ray cluster: ACTOR=RESOURCE, repeatable; ACTOR is engines, trainers, ROLE, engine:ROLE or trainer:ROLE, "
+        "RESOURCE a custom resource of the nodes it may run on",
+        action="append",
+        metavar="ACTOR=RESOURCE",
+    ),
+    _o(
         "--rollout-is-cap",
         "rollout_is_cap",
         "truncated importance sampling of the engines' numerics: min(pi_trainer/pi_engine, CAP) per token (0: off)",

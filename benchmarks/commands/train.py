@@ -56,19 +56,25 @@ def train_config(args: argparse.Namespace):
         overrides["eval_extra_splits"] = tuple(overrides["eval_extra_splits"])
     if overrides["role_weights"] is not None:
         overrides["role_weights"] = {**base.role_weights, **role_weight_args(overrides["role_weights"])}
+    if overrides["placement"] is not None:
+        overrides["placement"] = {**base.placement, **role_weight_args(overrides["placement"], "--place")}
     cfg = preset(args.preset, env_id=args.env, env_kwargs=env_kwargs, **overrides)
     if other_env and args.eval_split is None:
         cfg = dataclasses.replace(cfg, eval_split=None)  # the preset's held-out split belongs to its own env
     return cfg
 
 
-def role_weight_args(items: list[str]) -> dict[str, str]:
-    """``--role-weights ROLE=SPEC`` options as a mapping (a role given twice: the last wins)."""
+def role_weight_args(items: list[str], flag: str = "--role-weights") -> dict[str, str]:
+    """``--role-weights ROLE=SPEC`` (or ``--place ACTOR=RESOURCE``) options as a mapping (a key given twice: the
+    last wins)."""
     out = {}
     for item in items:
         role, sep, spec = item.partition("=")
         if not sep or not role or not spec:
-            raise SystemExit(f"mappa train: --role-weights takes ROLE=SPEC (e.g. verifier=frozen), not {item!r}")
+            form = (
+                "ROLE=SPEC (e.g. verifier=frozen)" if flag == "--role-weights" else "ACTOR=RESOURCE (e.g. engines=gen)"
+            )
+            raise SystemExit(f"mappa train: {flag} takes {form}, not {item!r}")
         out[role.strip()] = spec.strip()
     return out
 

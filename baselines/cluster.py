@@ -1,0 +1,186 @@
+"""The Ray cluster of the distributed trainer: starting or joining it (:func:`ray_init`) and where its actors run
+(``TrainConfig.placement``, ``mappa train --place``).
+
+Each role has one vLLM engine and ``world_size`` DeepSpeed ranks. On one machine they all land on the only node; on
+a cluster (``RAY_ADDRESS``) a placement names, per actor, a **custom resource** that only some nodes offer (``ray
+start --resources='{"gen_node": 1}'``), and the actor asks for a sliver of it (:data:`SLIVER`), so it is scheduled
+on such a node while any number of actors share it. Keys, the most specific winning:
+
+- ``engine:ROLE`` / ``trainer:ROLE``: that role's engine / all its ranks;
+- ``ROLE``: both of that role's kinds of actor;
+- ``engines`` / ``trainers``: every role's engines / ranks.
+
+A role's ranks always share one resource (one node: their DeepSpeed rendezvous is on the loopback of rank 0's
+node). Before any actor starts, :func:`cluster_problems` compares what the actors ask for with what the cluster
+has, and the trainer stops with every shortfall named (:class:`PlacementError`) instead of waiting forever for an
+actor Ray cannot place.
+
+>>> placed = {"engines": "gen", "trainer:verifier": "big"}
+>>> actor_resources(placed, "engine", "verifier"), actor_resources(placed, "trainer", "verifier")
+({'gen': 0.001}, {'big': 0.001})
+>>> actor_resources(placed, "trainer", "problem_solver")
+{}
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .config import TrainConfig
+
+_ACTOR_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "TOKENIZERS_PARALLELISM": "false",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CONFIGURE_LOGGING": "0",
+    "DS_ACCELERATOR": "",
+}
+
+
+def ray_init(cfg: TrainConfig) -> None:
+    """Start (or join) Ray with the actors' environment: thread counts, vLLM's CPU KV cache, DeepSpeed's
+    accelerator, and where ``mappa train`` sends the actors' output (``MAPPA_ACTOR_LOG_DIR``). A local cluster of
+    our own gets a capped object store and the machine's CPUs."""
+    import ray
+
+    device = cfg.resolved_device()
+    env = dict(_ACTOR_ENV, DS_ACCELERATOR="cuda" if device == "cuda" else "cpu")
+    if device == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, round(cfg.engine_kv_cache_gb)))
+        # Ray pins OMP_NUM_THREADS=1 in actors that reserve no CPU, which halves every phase on a 2-core
+        # machine; the phases (generation, log-probs, updates) mostly run one process at a time: all cores
+        env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    # `mappa train` (not --verbose) sends the actors' output to files in the run folder instead of the console
+    log_dir = os.environ.get("MAPPA_ACTOR_LOG_DIR")
+    if log_dir:
+        env["MAPPA_ACTOR_LOG_DIR"] = log_dir
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if not ray.is_initialized():
+        init: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": not log_dir}
+        if "RAY_ADDRESS" not in os.environ:  # a local cluster of our own, capped
+            # the store carries each role's full weights to its engine at every sync: room for one 135M-parameter
+            # fp32 model (0.54 GB) plus slack; larger models spill to disk (slower syncs) unless given more
+            store = int(os.environ.get("MAPPA_RAY_OBJECT_STORE_BYTES", 1536 * 1024**2))
+            init.update(include_dashboard=False, object_store_memory=store, num_cpus=os.cpu_count())
+        ray.init(**init)
+
+
+SLIVER = 0.001
+"""The amount of its placement resource an actor asks for: a node offering 1 of it takes up to 1000 actors."""
+
+KINDS = ("engine", "trainer")
+
+
+class PlacementError(RuntimeError):
+    """The cluster cannot place the configured actors (missing custom resources, too few CPUs or GPUs)."""
+
+
+def placement_key_problems(placement: Mapping[str, str], roles: Sequence[str]) -> list[str]:
+    """Keys that name no actor of this task, and empty resource names."""
+    problems = []
+    for key, resource in placement.items():
+        kind, _, role = key.partition(":")
+        ok = key in ("engines", "trainers") or key in roles or (kind in KINDS and role in roles)
+        if not ok:
+            problems.append(
+                f"placement key {key!r}: expected engines, trainers, ROLE, engine:ROLE or trainer:ROLE "
+                f"(roles: {list(roles)})"
+            )
+        if not str(resource).strip():
+            problems.append(f"placement {key!r}: an empty resource name")
+    return problems
+
+
+def placement_for(placement: Mapping[str, str], kind: str, role: str) -> str | None:
+    """The custom resource an actor (``kind`` ``engine`` or ``trainer``) of ``role`` is placed by, if any."""
+    for key in (f"{kind}:{role}", role, f"{kind}s"):
+        if key in placement:
+            return placement[key]
+    return None
+
+
+def actor_resources(placement: Mapping[str, str], kind: str, role: str) -> dict[str, float]:
+    """The ``resources=`` an actor asks Ray for (empty: anywhere)."""
+    resource = placement_for(placement, kind, role)
+    return {resource: SLIVER} if resource else {}
+
+
+def demand(
+    placement: Mapping[str, str], roles: Sequence[str], world_size: int, per_actor: Mapping[str, float]
+) -> dict[str, float]:
+    """What all the actors ask for together: ``per_actor`` (``CPU``, ``GPU``) for each, plus their placement."""
+    total: dict[str, float] = {}
+    for role in roles:
+        for kind, n in (("engine", 1), ("trainer", world_size)):
+            for name, amount in {**per_actor, **actor_resources(placement, kind, role)}.items():
+                total[name] = total.get(name, 0.0) + amount * n
+    return {k: v for k, v in total.items() if v > 0}
+
+
+def cluster_problems(needed: Mapping[str, float], available: Mapping[str, Any]) -> list[str]:
+    """Each resource the actors need beyond what the cluster has (``ray.cluster_resources()``)."""
+    problems = []
+    for name, amount in sorted(needed.items()):
+        have = float(available.get(name, 0.0))
+        if have + 1e-9 < amount:
+            what = "no node offers it" if have == 0 else f"the cluster has {have:g}"
+            problems.append(f"{name}: the actors need {amount:g}, {what}")
+    return problems
+
+
+def check_cluster(ray: Any, placement: Mapping[str, str], roles: Sequence[str], world_size: int, per_actor) -> None:
+    """Raise :class:`PlacementError` naming every shortfall before any actor is started."""
+    problems = cluster_problems(demand(placement, roles, world_size, per_actor), ray.cluster_resources())
+    if problems:
+        nodes = [
+            {k: v for k, v in n.get("Resources", {}).items() if not k.startswith("node:")}
+            for n in ray.nodes()
+            if n.get("Alive")
+        ]
+        raise PlacementError(
+            "the Ray cluster cannot place this run's actors:\n"
+            + "\n".join(f"- {p}" for p in problems)
+            + f"\nits live nodes offer: {nodes}\n(start nodes with `ray start --resources='{{\"NAME\": 1}}'`, or "
+            "change --place)"
+        )
+
+
+def actor_nodes(ray: Any, actors: Mapping[str, Any]) -> dict[str, str]:
+    """Each named actor's node id (from Ray's state API), for ``placement.json``."""
+    from ray.util.state import list_actors
+
+    by_id = {a.actor_id: a.node_id for a in list_actors(filters=[("state", "=", "ALIVE")], limit=10_000)}
+    return {name: by_id.get(handle._actor_id.hex(), "?") for name, handle in actors.items()}
+
+
+def write_placement(ray: Any, path, engines: Mapping[str, Any], workers: Mapping[str, Sequence[Any]]) -> dict:
+    """``placement.json``: each actor's node and each live node's resources (what a run on a cluster used)."""
+    import json
+
+    actors = {f"engine:{r}": e for r, e in engines.items()}
+    actors.update({f"trainer:{r}:{i}": w for r, ws in workers.items() for i, w in enumerate(ws)})
+    nodes = {
+        n["NodeID"]: {k: v for k, v in n.get("Resources", {}).items() if not k.startswith("node:")}
+        for n in ray.nodes()
+        if n.get("Alive")
+    }
+    record = {"actors": actor_nodes(ray, actors), "nodes": nodes}
+    path.write_text(json.dumps(record, indent=1))
+    return record
+
+
+__all__ = [
+    "SLIVER",
+    "PlacementError",
+    "actor_nodes",
+    "actor_resources",
+    "check_cluster",
+    "cluster_problems",
+    "demand",
+    "placement_for",
+    "placement_key_problems",
+    "ray_init",
+    "write_placement",
+]
