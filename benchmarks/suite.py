@@ -28,7 +28,7 @@ import sys
 import time
 from typing import Any
 
-SECTIONS = ("env", "sandbox", "coach", "generation", "trainer", "update", "rollout", "demo")
+SECTIONS = ("env", "sandbox", "coach", "generation", "trainer", "update", "lora", "rollout", "demo")
 
 
 def _median_ms(xs: list[float]) -> float:
@@ -263,6 +263,12 @@ def _training():
     return training
 
 
+def _lora():
+    from benchmarks import lora_bench
+
+    return lora_bench
+
+
 # ---------------------------------------------------------------------------------------------- main
 def _print(rows: list[dict[str, Any]]) -> None:
     print(f"{'figure':<82}{'value':>10}  {'reference':<48}{'value':>10}{'ratio':>8}")
@@ -294,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         ("generation", lambda: [bench_generation(32 if args.quick else 64)]),
         ("trainer", lambda: [bench_trainer()]),
         ("update", lambda: _training().bench_update(*((4, 2) if args.quick else (8, 2)))),
+        ("lora", lambda: _lora().bench_lora(*((2, 2) if args.quick else (4, 2)))),
         ("rollout", lambda: _training().bench_rollout_and_sync(8 if args.quick else 16)),
         ("demo", lambda: [_training().bench_demo_iteration()]),
     ]
