@@ -24,6 +24,7 @@ equal fractions; with several GPUs Ray spreads them.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,11 @@ from .engines import VLLMEngine, VLLMPolicy
 from .loop import TrainerBase
 from .rendezvous import start_ranks
 from .samples import Sample, sample_rows
+
+
+def _merged(batches: list[RoleBatch]) -> RoleBatch:
+    """Several roles' batches as one (roles that share weights: one step on all their samples)."""
+    return RoleBatch(*([x for b in batches for x in getattr(b, f)] for f in RoleBatch.__dataclass_fields__))
 
 
 def _batch_figures(batch: RoleBatch, adv: list[Any], samples: int) -> dict[str, float]:
@@ -75,6 +81,10 @@ class RayTrainer(TrainerBase):
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         ray_init(cfg)
         self._ray = ray
+        # whose weights each role acts with: a shared role its owner's (one engine, one set of ranks); a frozen role
+        # its own engine and no ranks (it is never updated)
+        self.owner = {r: (s.of or r) if s.kind == "shared" else r for r, s in self.weights.items()}
+        self._model_path = path
         self._start_actors(path, cfg.resolved_engine_dtype())
         self._policies = {role: self._policy(self.engines[role], cfg.temperature) for role in self.roles}
         self.sync_seconds: list[float] = []
@@ -101,6 +111,8 @@ class RayTrainer(TrainerBase):
         Worker = ray.remote(RoleWorker)
         self.engines: dict[str, Any] = {}
         for i, role in enumerate(self.roles):
+            if self.owner[role] != role:
+                continue
             where = {"resources": actor_resources(cfg.placement, "engine", role)}
             self.engines[role] = Engine.options(name=None, **opts, **where).remote(
                 path,
@@ -119,8 +131,13 @@ class RayTrainer(TrainerBase):
             o = dict(opts, resources=actor_resources(cfg.placement, "trainer", role))
             return [Worker.options(**o).remote(role, r, cfg.world_size, port, path, cfg) for r in range(cfg.world_size)]
 
-        self.workers, self.rendezvous_retries = start_ranks(ray, list(self.roles), spawn)
+        trained = [r for r in self.roles if self.weights[r].kind == "full"]
+        self.workers, self.rendezvous_retries = start_ranks(ray, trained, spawn)
         ray.get([e.ready.remote() for e in self.engines.values()])
+        for role in self.roles:  # a shared role acts and learns with its owner's engine and ranks
+            self.engines[role] = self.engines[self.owner[role]]
+            if self.owner[role] != role:
+                self.workers[role] = self.workers[self.owner[role]]
         write_placement(ray, self.out / "placement.json", self.engines, self.workers)
 
     def _policy(self, engine, temperature: float) -> VLLMPolicy:
@@ -159,22 +176,23 @@ class RayTrainer(TrainerBase):
         advantages = advantages_by_role(cfg.estimator, inputs, scope=cfg.advantage_scope, beta=cfg.beta_kl)
         # 3. updates: every role's steps submitted (on CPU one role's finished before the next starts)
         lr = cfg.lr_at(self.iteration)
-        train_refs, meta = {}, {}
-        for role, samples in by_role.items():
-            meta[role] = _batch_figures(inputs[role], advantages[role], len(samples))
-            train_refs[role] = self._submit_steps(
-                role,
-                samples,
-                advantages[role],
-                inputs[role],
-                plan[role],
-                lr,
-                role in engine_lp and not cfg.rollouts_from,
-            )
+        meta = {role: _batch_figures(inputs[role], advantages[role], len(ss)) for role, ss in by_role.items()}
+        groups: dict[str, list[str]] = {}
+        for role in by_role:
+            groups.setdefault(self.owner[role], []).append(role)
+        train_refs = {}
+        for owner, members in groups.items():  # one step per set of weights, on every role's samples that share them
+            samples = [s for m in members for s in by_role[m]]
+            batch = inputs[members[0]] if len(members) == 1 else _merged([inputs[m] for m in members])
+            on_policy = all(m in engine_lp for m in members) and not cfg.rollouts_from
+            adv = [a for m in members for a in advantages[m]]
+            steps_plan = plan[members[0]] if len(members) == 1 else self._plan(samples)
+            train_refs[owner] = self._submit_steps(owner, samples, adv, batch, steps_plan, lr, on_policy)
         # a role whose every sample was masked: reported as skipped, as the local trainer does
         out: dict[str, dict[str, float]] = {r: {"skipped": 1, "samples": 0, "tokens": 0} for r in roles_given}
-        for role, refs in train_refs.items():
-            out[role] = {**self._step_figures(role, refs, meta[role]["tokens"]), **meta[role], **timing[role]}
+        for owner, refs in train_refs.items():
+            step = self._step_figures(owner, refs, sum(meta[m]["tokens"] for m in groups[owner]))
+            out.update({m: {**step, **meta[m], **timing[m]} for m in groups[owner]})
         return out
 
     def _plan(self, samples: list[Sample]) -> tuple[list[list[int]], int, list[tuple[list[int], int]]]:
@@ -201,7 +219,10 @@ class RayTrainer(TrainerBase):
             use_engine = cfg.rollout_logprobs and (one_step or bool(cfg.rollouts_from)) and None not in given
             if use_engine:
                 engine_lp[role] = given
-            passes[role] = (not use_engine, role in self._stepped or not use_engine)  # (policy pass, reference)
+            passes[role] = (
+                not use_engine,
+                self.owner[role] in self._stepped or not use_engine,
+            )  # (policy pass, reference)
 
         def submit(role: str) -> list[Any]:
             policy, ref = passes[role]
@@ -341,25 +362,32 @@ class RayTrainer(TrainerBase):
         self.sync_seconds.append(seconds)
         return seconds
 
+    def _ranks(self) -> list[Any]:
+        """Every DeepSpeed rank once (a shared role's are its owner's)."""
+        return list({id(w): w for ws in self.workers.values() for w in ws}.values())
+
     def save_state(self, path: Path) -> None:
-        self._ray.get([w.save.remote(str(path)) for ws in self.workers.values() for w in ws])
+        self._ray.get([w.save.remote(str(path)) for w in self._ranks()])
         # which policies left their reference (resumed, a never-stepped role's "KL" would be numeric noise)
         (Path(path) / "stepped_roles.json").write_text(json.dumps(sorted(self._stepped)))
 
     def export_models(self, path: Path) -> None:
+        """``path/<role>/`` per role: its weights (a shared role's are its owner's; a frozen role's the base)."""
         self._ray.get([w.export.remote(str(path / role)) for role, ws in self.workers.items() for w in ws])
+        for role in (r for r in self.roles if r not in self.workers):
+            shutil.copytree(self._model_path, path / role, dirs_exist_ok=True)
 
     def load_state(self, path: Path) -> None:
-        self._ray.get([w.load.remote(str(path)) for ws in self.workers.values() for w in ws])
+        self._ray.get([w.load.remote(str(path)) for w in self._ranks()])
         saved = Path(path) / "stepped_roles.json"
         # a checkpoint from before this file may hold steps of any role: the reference pass is needed for all
         self._stepped.update(json.loads(saved.read_text()) if saved.exists() else self.roles)
-        self._stale.update(self.roles)
+        self._stale.update(self.owner[r] for r in self.workers)
 
     def close(self) -> None:
         super().close()
         ray = self._ray
-        for actor in [*self.engines.values(), *(w for ws in self.workers.values() for w in ws)]:
+        for actor in {id(a): a for a in [*self.engines.values(), *self._ranks()]}.values():
             ray.kill(actor)
         self.engines.clear()
         self.workers.clear()

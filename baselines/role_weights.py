@@ -3,10 +3,10 @@
 
 - ``full``: its own full model, trained on its own samples (the default);
 - ``frozen``: acts with the base model and is never updated; its samples are not trained on (its coach scores are
-  still logged);
+  still logged); the distributed trainer starts its engine and no DeepSpeed rank;
 - ``shared:ROLE``: the same trainable weights as ``ROLE`` (itself ``full`` or ``lora``): one optimiser step per
-  iteration on both roles' samples, each role's advantages normalised over its own samples as before
-  (single-process trainer);
+  iteration on both roles' samples, each role's advantages normalised over its own samples as before (both
+  trainers; on the distributed one the roles also share one vLLM engine and one set of DeepSpeed ranks);
 - ``lora[:RANK]``: its own LoRA adapter on one frozen base shared by every LoRA role (:mod:`baselines.lora`;
   single-process trainer);
 - ``full@MODEL`` (a role's own base model) is parsed and refused with the reason: not built yet.
@@ -73,11 +73,6 @@ def spec_problems(role_weights: Mapping[str, str], roles: Sequence[str], trainer
             elif owner.kind not in ("full", "lora"):
                 problems.append(
                     f"{role}=shared:{s.of}: {s.of} is {owner.kind}; share the weights of a 'full' or 'lora' role"
-                )
-            elif trainer != "local":
-                problems.append(
-                    f"{role}=shared:{s.of}: shared weights are built for the single-process trainer only "
-                    "(trainer='local'); the Ray trainer gives each role its own ranks and engine"
                 )
         elif s.kind == "lora" and trainer != "local":
             problems.append(

@@ -303,7 +303,6 @@ def test_role_weight_specs_are_checked():
         ({"a": "half"}, "local", "expected full, full@MODEL"),
         ({"a": "shared:a"}, "local", "another role"),
         ({"a": "frozen", "b": "shared:a"}, "local", "a is frozen"),
-        ({"b": "shared:a"}, "ray", "single-process trainer only"),
         ({"a": "lora:8"}, "ray", "single-process trainer only"),
         ({"a": "full@other-model"}, "local", "not built yet"),
     ):
@@ -324,7 +323,9 @@ def test_role_weights_on_the_command_line(capsys):
     assert cfg.role_weights == {"verifier": "frozen", "code_executor": "shared:problem_solver"}
     checks = {c.name: c for c in check_config(cfg)}
     assert checks["role weights"].ok and "verifier frozen" in checks["role weights"].detail
-    bad = dataclasses.replace(cfg, trainer="ray")
-    assert not {c.name: c for c in check_config(bad)}["role weights"].ok
+    on_ray = dataclasses.replace(cfg, trainer="ray")  # frozen and shared run on both trainers
+    assert {c.name: c for c in check_config(on_ray)}["role weights"].ok
+    lora = dataclasses.replace(on_ray, role_weights={"problem_solver": "lora"})
+    assert "single-process trainer only" in {c.name: c for c in check_config(lora)}["role weights"].detail
     with pytest.raises(SystemExit, match="ROLE=SPEC"):
         train_command.train_config(cli.build_parser().parse_args(["train", "--role-weights", "verifier"]))

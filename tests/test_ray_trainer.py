@@ -327,3 +327,33 @@ def _log(out: Path, tail: int | None = 4000) -> str:
     path = out.parent / f"{out.name}.log"
     text = path.read_text() if path.exists() else ""
     return text[-tail:] if tail else text
+
+
+def test_shared_and_frozen_roles_on_the_distributed_trainer(tmp_path):
+    """Issue 18's map on the Ray trainer: `code_executor=shared:problem_solver` (one engine and one set of ranks,
+    one step on both roles' samples) and `verifier=frozen` (an engine, no rank). After training the exported
+    models show it: the frozen role's weights are the base model's bit for bit, the two shared roles' are one set
+    of weights, and that set moved."""
+    from safetensors.torch import load_file
+
+    from baselines.models import resolve_model
+
+    out = tmp_path / "run"
+    args = ["--coach", COACH, "--role-weights", "code_executor=shared:problem_solver"]
+    proc = _run([*args, "--role-weights", "verifier=frozen"], out)
+    assert proc.wait(timeout=1500) == 0, _log(out)
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    for m in metrics:
+        solver, coder, verifier = m["problem_solver"], m["code_executor"], m["verifier"]
+        assert verifier["frozen"] == 1 and verifier["samples"] == 0
+        assert solver["skipped"] == coder["skipped"] == 0 and solver["loss"] == coder["loss"]  # one step for both
+        assert solver["samples"] > 0 and coder["samples"] > 0
+    weights = {r: load_file(out / "models" / r / "model.safetensors") for r in ("problem_solver", "code_executor")}
+    base = load_file(Path(resolve_model("tiny-random")) / "model.safetensors")
+    verifier = load_file(out / "models" / "verifier" / "model.safetensors")
+    assert all(torch.equal(verifier[k], base[k]) for k in base)
+    shared = weights["problem_solver"]
+    assert all(torch.equal(shared[k], weights["code_executor"][k]) for k in shared)
+    assert any(not torch.equal(shared[k].float(), base[k].float()) for k in shared if k in base)
+    placed = json.loads((out / "placement.json").read_text())["actors"]
+    assert "trainer:verifier:0" not in placed and "engine:verifier" in placed
