@@ -229,6 +229,11 @@ class RoleBatch:
     ref_logp: list[torch.Tensor]
     """[n_i] the same under the frozen reference."""
 
+    @classmethod
+    def concat(cls, batches: list[RoleBatch]) -> RoleBatch:
+        """Several roles' batches as one (roles that share weights: one step on all their samples)."""
+        return cls(*([x for b in batches for x in getattr(b, f)] for f in cls.__dataclass_fields__))
+
 
 def _left_aligned(rows: list[torch.Tensor], width: int) -> torch.Tensor:
     out = torch.zeros(len(rows), width)

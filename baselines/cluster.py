@@ -25,6 +25,7 @@ actor Ray cannot place.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -108,14 +109,14 @@ def actor_resources(placement: Mapping[str, str], kind: str, role: str) -> dict[
 
 
 def demand(
-    placement: Mapping[str, str], roles: Sequence[str], world_size: int, per_actor: Mapping[str, float]
+    placement: Mapping[str, str], actors: Sequence[tuple[str, str, int]], per_actor: Mapping[str, float]
 ) -> dict[str, float]:
-    """What all the actors ask for together: ``per_actor`` (``CPU``, ``GPU``) for each, plus their placement."""
+    """What the actors ask for together: ``actors`` as (kind, role, how many), each asking ``per_actor`` (``CPU``,
+    ``GPU``) plus its placement."""
     total: dict[str, float] = {}
-    for role in roles:
-        for kind, n in (("engine", 1), ("trainer", world_size)):
-            for name, amount in {**per_actor, **actor_resources(placement, kind, role)}.items():
-                total[name] = total.get(name, 0.0) + amount * n
+    for kind, role, n in actors:
+        for name, amount in {**per_actor, **actor_resources(placement, kind, role)}.items():
+            total[name] = total.get(name, 0.0) + amount * n
     return {k: v for k, v in total.items() if v > 0}
 
 
@@ -130,29 +131,53 @@ def cluster_problems(needed: Mapping[str, float], available: Mapping[str, Any]) 
     return problems
 
 
-def check_cluster(ray: Any, placement: Mapping[str, str], roles: Sequence[str], world_size: int, per_actor) -> None:
-    """Raise :class:`PlacementError` naming every shortfall before any actor is started."""
-    problems = cluster_problems(demand(placement, roles, world_size, per_actor), ray.cluster_resources())
+def _live_nodes(ray: Any) -> list[dict[str, Any]]:
+    return [n for n in ray.nodes() if n.get("Alive")]
+
+
+def fitting_node(nodes: Sequence[Mapping[str, Any]], needs: Mapping[str, float]) -> str | None:
+    """The id of the first node whose resources hold ``needs`` (every amount at once), or None."""
+    for node in nodes:
+        have = node.get("Resources", {})
+        if all(float(have.get(k, 0.0)) + 1e-9 >= v for k, v in needs.items() if v > 0):
+            return node["NodeID"]
+    return None
+
+
+def check_cluster(ray: Any, placement: Mapping[str, str], actors: Sequence[tuple[str, str, int]], per_actor) -> None:
+    """Raise :class:`PlacementError` naming every shortfall before any actor is started: the cluster's totals, and
+    for each placed kind of actor a node that offers its resource together with what one such actor (a role's
+    ranks: all of them, on one node) asks for."""
+    nodes = _live_nodes(ray)
+    problems = cluster_problems(demand(placement, actors, per_actor), ray.cluster_resources())
+    for kind, role, n in actors:
+        needs = {k: v * n for k, v in {**per_actor, **actor_resources(placement, kind, role)}.items()}
+        if fitting_node(nodes, needs) is None and not problems:
+            problems.append(f"{kind} of {role}: no single node offers {needs}")
     if problems:
-        nodes = [
-            {k: v for k, v in n.get("Resources", {}).items() if not k.startswith("node:")}
-            for n in ray.nodes()
-            if n.get("Alive")
-        ]
+        offers = [{k: v for k, v in n.get("Resources", {}).items() if not k.startswith("node:")} for n in nodes]
         raise PlacementError(
             "the Ray cluster cannot place this run's actors:\n"
             + "\n".join(f"- {p}" for p in problems)
-            + f"\nits live nodes offer: {nodes}\n(start nodes with `ray start --resources='{{\"NAME\": 1}}'`, or "
+            + f"\nits live nodes offer: {offers}\n(start nodes with `ray start --resources='{{\"NAME\": 1}}'`, or "
             "change --place)"
         )
 
 
-def actor_nodes(ray: Any, actors: Mapping[str, Any]) -> dict[str, str]:
-    """Each named actor's node id (from Ray's state API), for ``placement.json``."""
-    from ray.util.state import list_actors
+def ranks_node(ray: Any, placement: Mapping[str, str], role: str, world_size: int, per_actor) -> str | None:
+    """The node all of a role's ranks are pinned to (their rendezvous is on the loopback of rank 0's node), on a
+    cluster of several nodes with several ranks per role; None (anywhere) otherwise."""
+    nodes = _live_nodes(ray)
+    if world_size < 2 or len(nodes) < 2:
+        return None
+    needs = {k: v * world_size for k, v in {**per_actor, **actor_resources(placement, "trainer", role)}.items()}
+    return fitting_node(nodes, needs)
 
-    by_id = {a.actor_id: a.node_id for a in list_actors(filters=[("state", "=", "ALIVE")], limit=10_000)}
-    return {name: by_id.get(handle._actor_id.hex(), "?") for name, handle in actors.items()}
+
+def actor_nodes(ray: Any, actors: Mapping[str, Any]) -> dict[str, str]:
+    """Each named actor's node id (its ``ready()`` answer), for ``placement.json``."""
+    names = list(actors)
+    return dict(zip(names, ray.get([actors[n].ready.remote() for n in names]), strict=True))
 
 
 def write_placement(ray: Any, path, engines: Mapping[str, Any], workers: Mapping[str, Sequence[Any]]) -> dict:
@@ -166,7 +191,11 @@ def write_placement(ray: Any, path, engines: Mapping[str, Any], workers: Mapping
         for n in ray.nodes()
         if n.get("Alive")
     }
-    record = {"actors": actor_nodes(ray, actors), "nodes": nodes}
+    try:
+        record = {"actors": actor_nodes(ray, actors), "nodes": nodes}
+    except Exception as err:  # informational: a failure to record it must not stop a run whose actors are up
+        record = {"error": f"{type(err).__name__}: {err}", "nodes": nodes}
+        warnings.warn(f"placement.json: the actors' nodes could not be read ({record['error']})", stacklevel=2)
     path.write_text(json.dumps(record, indent=1))
     return record
 
@@ -179,8 +208,10 @@ __all__ = [
     "check_cluster",
     "cluster_problems",
     "demand",
+    "fitting_node",
     "placement_for",
     "placement_key_problems",
+    "ranks_node",
     "ray_init",
     "write_placement",
 ]

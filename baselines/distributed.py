@@ -150,8 +150,11 @@ class RoleWorker:
         self.ref, *_ = deepspeed.initialize(model=ref, config=deepspeed_config(cfg, world_size, train=False))
         self._torch = torch
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> str:
+        """The id of the node this actor runs on, once it is up."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     # --- batches
     def _batch(self, samples: Sequence[Sample]):

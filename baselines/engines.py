@@ -135,8 +135,11 @@ class VLLMEngine:
         self.max_model_len = max_model_len
         self.weight_version = 0
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> str:
+        """The id of the node this actor runs on, once it is up."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def generate(
         self,

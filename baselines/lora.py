@@ -9,14 +9,15 @@ disabled: the untouched base, so no reference copy is kept either. The base weig
 
 Checkpoints hold each role's adapter tensors only; ``models/<role>/`` holds the merged model (base + that role's
 adapter, loadable by transformers like any full model, so ``mappa eval --run`` plays it) and ``models/<role>/
-adapter/`` the adapter alone (``peft.PeftModel.from_pretrained(base, path)``).
+adapter/<role>/`` the adapter alone, in peft's layout for a named adapter
+(``peft.PeftModel.from_pretrained(base, "models/<role>/adapter/<role>")``).
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-from contextlib import nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ class SharedBase:
         for role in roles[1:]:
             self.peft.add_adapter(role, lora_config(ranks[role]))
         self.lock = threading.RLock()
+        self.layers = [m for m in self.peft.modules() if hasattr(m, "_active_adapter") and hasattr(m, "lora_A")]
         for p in self.peft.parameters():
             p.requires_grad_(False)
         self.views = {role: AdapterView(self, role) for role in roles}
@@ -62,13 +64,20 @@ class AdapterView:
     def reference(self) -> AdapterView:
         return AdapterView(self.shared, self.role, disabled=True)
 
+    @contextmanager
     def _use(self):
-        """Lock, and switch this role's adapter in (set_adapter would also flip requires_grad: set it directly)."""
-        peft = self.shared.peft
-        for module in peft.modules():
-            if hasattr(module, "_active_adapter") and hasattr(module, "lora_A"):
-                module._active_adapter = [self.role]
-        return peft.disable_adapter() if self.disabled else nullcontext()
+        """This role's adapter switched in (or every adapter off, for the reference) on each LoRA layer directly:
+        peft's ``set_adapter`` and ``disable_adapter`` would also flip ``requires_grad``, leaving only the last
+        role's adapter trainable. The caller holds the lock."""
+        layers = self.shared.layers
+        for layer in layers:
+            layer._active_adapter = [self.role]
+            layer._disable_adapters = self.disabled
+        try:
+            yield
+        finally:
+            for layer in layers:
+                layer._disable_adapters = False
 
     def __call__(self, *args: Any, **kwargs: Any):
         with self.shared.lock, self._use():
@@ -119,7 +128,6 @@ class AdapterView:
     def merged(self):
         """A plain transformers model: the base with this role's adapter merged in (the shared model untouched)."""
         with self.shared.lock:
-            self._use()
             clone = copy.deepcopy(self.shared.peft)
         clone.set_adapter(self.role)
         for other in [a for a in clone.peft_config if a != self.role]:
@@ -127,7 +135,7 @@ class AdapterView:
         return clone.merge_and_unload()
 
     def save_pretrained(self, path: str | Path) -> None:
-        """``path``: the merged model; ``path/adapter``: this role's adapter alone (peft's format)."""
+        """``path``: the merged model; ``path/adapter/<role>``: this role's adapter alone (peft's format)."""
         path = Path(path)
         self.merged().save_pretrained(path)
         with self.shared.lock:

@@ -30,13 +30,22 @@ def source_config(cfg: TrainConfig) -> dict:
     if not path.exists() or not (src / "rollouts").is_dir():
         raise FileNotFoundError(f"--rollouts-from {src}: not a `mappa train` run folder (config.json and rollouts/)")
     source = json.loads(path.read_text())
-    if source.get("env_id") != cfg.env_id:
-        raise ValueError(f"--rollouts-from {src}: its episodes are of {source.get('env_id')}, not {cfg.env_id}")
-    missing = [i + 1 for i in range(cfg.iterations) if not TrajectoryStore(src).path(i).exists()]
+    for key in ("env_id", "model"):  # the episodes' task, and the token ids and log-probs of the model that sampled
+        if source.get(key) != getattr(cfg, key):
+            raise ValueError(
+                f"--rollouts-from {src}: its {key} is {source.get(key)!r}, this run's {getattr(cfg, key)!r}"
+            )
+    metrics = src / "metrics.jsonl"
+    done = (
+        {json.loads(x)["iteration"] for x in metrics.read_text().splitlines() if x.strip()}
+        if metrics.exists()
+        else set()
+    )
+    missing = [i + 1 for i in range(cfg.iterations) if i not in done or not TrajectoryStore(src).path(i).exists()]
     if missing:
         raise ValueError(
-            f"--rollouts-from {src}: no stored episodes for iteration(s) {missing} of {cfg.iterations} "
-            "(train for fewer --iterations)"
+            f"--rollouts-from {src}: iteration(s) {missing} of {cfg.iterations} did not finish there (no stored "
+            "episodes, or no metrics line: an iteration cut short holds part of its batch); train fewer --iterations"
         )
     return source
 

@@ -338,3 +338,14 @@ def sharing_prefix(cfg: TrainConfig) -> bool:
     """Whether packs attend to a prefix run once per batch (:func:`baselines.packing.plan_packs`): with packs, and
     without gradient checkpointing (whose layers keep no keys and values)."""
     return bool(cfg.pack_tokens and cfg.share_prefix and not cfg.gradient_checkpointing)
+
+
+def mini_batches(n: int, size: int | None, seed: int) -> list[list[int]]:
+    """Sample indices in optimiser-step mini-batches of ``size`` (shuffled with ``seed``; the last may be smaller);
+    ``None`` or ``size >= n``: one step over everything."""
+    import torch
+
+    if not size or size >= n:
+        return [list(range(n))]
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return [sorted(order[i : i + size]) for i in range(0, n, size)]

@@ -32,18 +32,14 @@ from typing import Any
 import torch
 
 from .advantages import RoleBatch, advantages_by_role
-from .cluster import actor_resources, check_cluster, ray_init, write_placement
+from .cluster import actor_resources, check_cluster, ranks_node, ray_init, write_placement
 from .config import TrainConfig
 from .distributed import RoleWorker, plan_shards
 from .engines import VLLMEngine, VLLMPolicy
 from .loop import TrainerBase
+from .packing import mini_batches
 from .rendezvous import start_ranks
 from .samples import Sample, sample_rows
-
-
-def _merged(batches: list[RoleBatch]) -> RoleBatch:
-    """Several roles' batches as one (roles that share weights: one step on all their samples)."""
-    return RoleBatch(*([x for b in batches for x in getattr(b, f)] for f in RoleBatch.__dataclass_fields__))
 
 
 def _batch_figures(batch: RoleBatch, adv: list[Any], samples: int) -> dict[str, float]:
@@ -55,15 +51,6 @@ def _batch_figures(batch: RoleBatch, adv: list[Any], samples: int) -> dict[str, 
         "tokens": total,
         "samples": samples,
     }
-
-
-def _mini_batches(n: int, size: int | None, seed: int) -> list[list[int]]:
-    """Sample indices in optimiser-step mini-batches of ``size`` (shuffled with ``seed``; the last may be smaller);
-    ``None`` or ``size >= n``: one step over everything."""
-    if not size or size >= n:
-        return [list(range(n))]
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
-    return [sorted(order[i : i + size]) for i in range(0, n, size)]
 
 
 class RayTrainer(TrainerBase):
@@ -97,7 +84,9 @@ class RayTrainer(TrainerBase):
         returns. On GPU every actor takes an equal share of the GPUs (engines start one at a time: vLLM profiles free
         memory at start-up)."""
         ray, cfg = self._ray, self.cfg
-        n_actors = len(self.roles) * (1 + cfg.world_size)
+        n_actors = sum(self.owner[r] == r for r in self.roles) + cfg.world_size * sum(
+            self.weights[r].kind == "full" for r in self.roles
+        )
         if self.device == "cuda":
             gpus = ray.cluster_resources().get("GPU", 0)
             if gpus < 1:
@@ -106,7 +95,11 @@ class RayTrainer(TrainerBase):
         else:
             opts = {"num_cpus": 0}
         per_actor = {"CPU": opts["num_cpus"], "GPU": opts.get("num_gpus", 0)}
-        check_cluster(ray, cfg.placement, list(self.roles), cfg.world_size, per_actor)  # before any actor starts
+        trained = [r for r in self.roles if self.weights[r].kind == "full"]
+        actors = [("engine", r, 1) for r in self.roles if self.owner[r] == r]
+        check_cluster(ray, cfg.placement, [*actors, *(("trainer", r, cfg.world_size) for r in trained)], per_actor)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         Engine = ray.remote(VLLMEngine)
         Worker = ray.remote(RoleWorker)
         self.engines: dict[str, Any] = {}
@@ -129,9 +122,10 @@ class RayTrainer(TrainerBase):
 
         def spawn(role: str, port: int) -> list[Any]:
             o = dict(opts, resources=actor_resources(cfg.placement, "trainer", role))
+            if node := ranks_node(ray, cfg.placement, role, cfg.world_size, per_actor):  # one node for the ranks
+                o["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
             return [Worker.options(**o).remote(role, r, cfg.world_size, port, path, cfg) for r in range(cfg.world_size)]
 
-        trained = [r for r in self.roles if self.weights[r].kind == "full"]
         self.workers, self.rendezvous_retries = start_ranks(ray, trained, spawn)
         ray.get([e.ready.remote() for e in self.engines.values()])
         for role in self.roles:  # a shared role acts and learns with its owner's engine and ranks
@@ -183,11 +177,13 @@ class RayTrainer(TrainerBase):
         train_refs = {}
         for owner, members in groups.items():  # one step per set of weights, on every role's samples that share them
             samples = [s for m in members for s in by_role[m]]
-            batch = inputs[members[0]] if len(members) == 1 else _merged([inputs[m] for m in members])
+            batch = inputs[members[0]] if len(members) == 1 else RoleBatch.concat([inputs[m] for m in members])
             on_policy = all(m in engine_lp for m in members) and not cfg.rollouts_from
+            behaviour = [x for m in members for x in engine_lp[m]] if all(m in engine_lp for m in members) else None
+            old = behaviour if cfg.rollouts_from else None  # another run's episodes: the sampling policy's
             adv = [a for m in members for a in advantages[m]]
             steps_plan = plan[members[0]] if len(members) == 1 else self._plan(samples)
-            train_refs[owner] = self._submit_steps(owner, samples, adv, batch, steps_plan, lr, on_policy)
+            train_refs[owner] = self._submit_steps(owner, samples, adv, batch, steps_plan, lr, on_policy, old)
         # a role whose every sample was masked: reported as skipped, as the local trainer does
         out: dict[str, dict[str, float]] = {r: {"skipped": 1, "samples": 0, "tokens": 0} for r in roles_given}
         for owner, refs in train_refs.items():
@@ -214,15 +210,15 @@ class RayTrainer(TrainerBase):
         engine_lp: dict[str, list[Any]] = {}
         for role, samples in by_role.items():
             given = [self._engine_logprobs(s) for s in samples]
-            one_step = len(_mini_batches(len(samples), cfg.train_batch, cfg.seed)) == 1
-            # stored episodes of another run (rollouts_from): the engine's log-probs are the behaviour policy's
-            use_engine = cfg.rollout_logprobs and (one_step or bool(cfg.rollouts_from)) and None not in given
-            if use_engine:
+            # one step on the samples of every role that shares these weights
+            n = sum(len(ss) for r, ss in by_role.items() if self.owner[r] == self.owner[role])
+            one_step = len(mini_batches(n, cfg.train_batch, cfg.seed)) == 1
+            if cfg.rollout_logprobs and None not in given and (one_step or cfg.rollouts_from):
                 engine_lp[role] = given
-            passes[role] = (
-                not use_engine,
-                self.owner[role] in self._stepped or not use_engine,
-            )  # (policy pass, reference)
+            # stored episodes of another run (rollouts_from): the engine's log-probs are the behaviour policy's, the
+            # ratio's old log-probs; the policy's own pass still gives the KL term
+            use_engine = role in engine_lp and not cfg.rollouts_from
+            passes[role] = (not use_engine, self.owner[role] in self._stepped or not use_engine)  # (policy, reference)
 
         def submit(role: str) -> list[Any]:
             policy, ref = passes[role]
@@ -239,7 +235,7 @@ class RayTrainer(TrainerBase):
         timing: dict[str, dict[str, float]] = {}
         for role, samples in by_role.items():
             t0 = time.perf_counter()
-            logp: list[Any] = list(engine_lp.get(role, [None] * len(samples)))
+            logp: list[Any] = [None] * len(samples) if passes[role][0] else list(engine_lp[role])
             ref: list[Any] = [None] * len(samples)
             refs = submitted[role] if self._parallel_updates else submit(role)
             for shard, rows in zip(plan[role][0], ray.get(refs), strict=True) if refs else ():
@@ -261,17 +257,27 @@ class RayTrainer(TrainerBase):
         return inputs, timing, engine_lp
 
     def _submit_steps(
-        self, role: str, samples: list[Sample], adv: list[Any], batch: RoleBatch, plan: Any, lr: float, on_policy: bool
+        self,
+        role,
+        samples: list[Sample],
+        adv: list[Any],
+        batch: RoleBatch,
+        plan: Any,
+        lr: float,
+        on_policy: bool,
+        old=None,
     ) -> list[list[Any]]:
         """Submit one optimiser step per mini-batch of ``train_batch`` samples (default: the whole batch), each
         balanced over the ranks (an actor runs its calls in order, so they queue up correctly); none when every
         advantage is 0 (equal rewards, no KL yet: the gradient is exactly 0). ``on_policy``: one step whose own
-        forward gives the old log-probs (the engine's are the behaviour policy's)."""
+        forward gives the old log-probs (the engine's are the behaviour policy's). ``old``: the ratio's old log-probs
+        when they are not the policy's before the step (another run's episodes: the policy that sampled them)."""
         if max(float(a.abs().max()) for a in adv) < 1e-8:
             return []
         logp, rows, cfg = batch.logp, plan[2], self.cfg
+        old = logp if old is None else old
         steps = []
-        for idx in _mini_batches(len(samples), cfg.train_batch, cfg.seed):
+        for idx in mini_batches(len(samples), cfg.train_batch, cfg.seed):
             sub, n_mb = plan_shards([rows[i] for i in idx], cfg.world_size, cfg)
             step_tokens = sum(len(logp[i]) for i in idx)
             steps.append(
@@ -279,7 +285,7 @@ class RayTrainer(TrainerBase):
                     w.train_step.remote(
                         [samples[i] for i in shard],
                         [adv[i] for i in shard],
-                        None if on_policy else [logp[i] for i in shard],
+                        None if on_policy else [old[i] for i in shard],
                         step_tokens,
                         n_mb,
                         lr,

@@ -44,9 +44,11 @@ def port_range() -> tuple[int, int]:
     return low, high
 
 
-def pick_ports(n: int, *, low: int | None = None, high: int | None = None, tries: int = 200) -> list[int]:
-    """``n`` distinct ports in ``[low, high)`` that could be bound now on 127.0.0.1 (each is held until all are
-    chosen, so two roles never get the same one)."""
+def pick_ports(
+    n: int, *, low: int | None = None, high: int | None = None, tries: int = 200, exclude: set[int] = frozenset()
+) -> list[int]:
+    """``n`` distinct ports in ``[low, high)``, none in ``exclude`` (ports given out already), that could be bound
+    now on 127.0.0.1 (each is held until all are chosen, so two roles never get the same one)."""
     if low is None or high is None:
         low, high = port_range()
     held: list[socket.socket] = []
@@ -54,6 +56,8 @@ def pick_ports(n: int, *, low: int | None = None, high: int | None = None, tries
         for port in random.sample(range(low, high), min(tries, high - low)):
             if len(held) == n:
                 break
+            if port in exclude:
+                continue
             s = socket.socket()
             try:
                 s.bind(("127.0.0.1", port))
@@ -85,22 +89,30 @@ def start_ranks(
     whose rank 0 could not listen on its port is killed and started again on a fresh one, up to ``attempts`` times
     in all; any other failure is raised at once. Returns the actors per role and the number of retries."""
     ports = pick_ports(len(roles))
+    given = set(ports)
     workers = {role: spawn(role, port) for role, port in zip(roles, ports, strict=True)}
     retries = 0
-    for role in roles:
-        for attempt in range(1, attempts + 1):
-            try:
-                # rank 0 first: when it dies, the other ranks wait on its store and would never answer
-                for w in workers[role]:
-                    ray.get(w.ready.remote())
-                break
-            except ray.exceptions.RayActorError as err:
-                if not port_in_use(err) or attempt == attempts:
-                    raise
-                for w in workers[role]:
-                    ray.kill(w)
-                (port,) = pick_ports(1)
-                log.warning("%s: rendezvous port taken; restarting its ranks on port %d (try %d)", role, port, attempt)
-                workers[role] = spawn(role, port)
-                retries += 1
+    try:
+        for role in roles:
+            for attempt in range(1, attempts + 1):
+                try:
+                    # rank 0 first: when it dies, the other ranks wait on its store and would never answer
+                    for w in workers[role]:
+                        ray.get(w.ready.remote())
+                    break
+                except ray.exceptions.RayActorError as err:
+                    if not port_in_use(err) or attempt == attempts:
+                        raise
+                    for w in workers[role]:
+                        ray.kill(w)
+                    (port,) = pick_ports(1, exclude=given)  # never another role's port, nor a taken one again
+                    given.add(port)
+                    log.warning("%s: rendezvous port taken; its ranks restart on port %d (try %d)", role, port, attempt)
+                    workers[role] = spawn(role, port)
+                    retries += 1
+    except BaseException:
+        for ws in workers.values():  # no rank outlives a failed start
+            for w in ws:
+                ray.kill(w)
+        raise
     return workers, retries

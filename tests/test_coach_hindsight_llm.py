@@ -53,8 +53,9 @@ def test_missing_indices_reprompted_then_read_leniently_then_flagged_per_action(
     inputs, record = _episode(stored_episodes, tmp_path)
     assert len(inputs) >= 3
     # index 0 strict; index 1 only in the re-prompt's reply; index 2 written another way; the rest nowhere
-    first = "PROCESS_SCORE[0]: 9\nAction 2: 4/10\nPROCESS_SCORE[99]: 1"
-    backend = _Scripted([first, "PROCESS_SCORE[1]: 6"])
+    # ("3) 7" in the first reply's reasoning is a list item, not read as a score)
+    first = "1) ok\n3) 7\nPROCESS_SCORE[0]: 9\nPROCESS_SCORE[99]: 1"
+    backend = _Scripted([first, "PROCESS_SCORE[1]: 6\nAction 2: 4/10"])
     coach = LLMHindsightCoach(backend)
     evals = coach.evaluate_episode(inputs, record)
     assert [(e.score, e.parse) for e in evals[:3]] == [(9.0, "strict"), (6.0, "reprompt"), (4.0, "lenient")]

@@ -99,6 +99,8 @@ def test_a_role_whose_port_was_taken_restarts_on_a_new_port(caplog):
     assert first.killed and not second.killed
     assert all(a.killed for a in started if a.role == "verifier" and a.port == first.port)
     assert workers["verifier"][0] is second and second.port != first.port
+    solver_port = next(a.port for a in started if a.role == "solver")
+    assert second.port != solver_port  # never another role's port
     assert not any(a.killed for a in started if a.role == "solver")
     assert "verifier: rendezvous port taken" in caplog.text
 
@@ -108,7 +110,8 @@ def test_retries_are_bounded_and_other_failures_raise_at_once():
     with pytest.raises(_ActorError, match="EADDRINUSE"):
         start_ranks(_FakeRay(), ["solver"], spawn, attempts=3)
     assert len([a for a in started if a.rank == 0]) == 3
+    assert len({a.port for a in started}) == 3 and all(a.killed for a in started)  # a new port each time, none left
     spawn, started = _spawner({"solver": ["CUDA out of memory", None]})
     with pytest.raises(_ActorError, match="out of memory"):
-        start_ranks(_FakeRay(), ["solver"], spawn)
-    assert len(started) == 2  # not restarted
+        start_ranks(_FakeRay(), ["solver", "verifier"], spawn)
+    assert len(started) == 4 and all(a.killed for a in started)  # not restarted; no rank outlives the failure

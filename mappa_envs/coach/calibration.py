@@ -107,7 +107,9 @@ def calibration(records: Iterable[EpisodeRecord], key: str = "coach") -> dict[st
 @dataclass(frozen=True)
 class CalibrationGap:
     """Two groups of one dimension (two task types, two roles) whose AUROCs differ: ``diff = auroc_a - auroc_b``,
-    with a two-sided z-test p-value (the groups' actions treated as independent samples)."""
+    with a two-sided z-test p-value. The actions are treated as independent samples, but the actions of one episode
+    share its success label: with several actions per episode the p-value is optimistic (read a borderline
+    "significant" with that in mind)."""
 
     dimension: str
     a: str
@@ -129,7 +131,10 @@ def calibration_gaps(table: dict[str, dict[str, Calibration]], dims: Sequence[st
         for i, (ga, ca) in enumerate(groups):
             for gb, cb in groups[i + 1 :]:
                 diff, se = ca.auroc - cb.auroc, math.hypot(ca.auroc_se, cb.auroc_se)
-                p = 1.0 if se == 0 else math.erfc(abs(diff) / se / math.sqrt(2))
+                if se == 0:  # both AUROCs exact (0 or 1): any difference is certain
+                    p = 1.0 if diff == 0 else 0.0
+                else:
+                    p = math.erfc(abs(diff) / se / math.sqrt(2))
                 gaps.append(CalibrationGap(dim, ga, gb, diff, p))
     return gaps
 

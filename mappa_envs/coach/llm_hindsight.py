@@ -3,8 +3,9 @@
 The coach is shown the whole episode (every action with its tool feedback, the workspace's files, the outcome) and
 replies with one ``PROCESS_SCORE[i]: s`` line per action index (:func:`~mappa_envs.coach.hindsight.
 parse_hindsight_scores`). The per-action coach's rules apply per index: a reply missing some indices gets one
-re-prompt naming them; an index still missing is read leniently (``action 2: 7/10``, ``[2] 7``); what is still
-missing falls back to the neutral score, flagged on that action only (``fallback_used``, ``fallback_reason``).
+re-prompt naming them; an index still missing is read leniently in the re-prompt's reply (``action 2: 7/10``,
+``[2] 7``); what is still missing falls back to the neutral score, flagged on that action only (``fallback_used``,
+``fallback_reason``).
 Templates: ``hindsight_system.txt``, ``hindsight_user.txt`` and ``hindsight_action.txt`` (your own copies with
 ``templates_dir=``, as for :class:`~mappa_envs.coach.LLMCoach`).
 
@@ -123,10 +124,12 @@ class LLMHindsightCoach:
                 got, _ = parse_hindsight_scores(second, n)
                 for i in [i for i in missing if got[i] is not None]:
                     scores[i], parse[i] = got[i], "reprompt"
-            lenient = _lenient_scores(reply, n)
-            for i in [i for i in missing if scores[i] is None and lenient[i] is not None]:
-                scores[i], parse[i] = lenient[i], "lenient"
-                self.stats.add(lenient=1)
+                # read leniently only in the reply that was asked for nothing but scores (the first one's reasoning
+                # may hold numbered lists and ranges)
+                lenient = _lenient_scores(second, n)
+                for i in [i for i in missing if scores[i] is None and lenient[i] is not None]:
+                    scores[i], parse[i] = lenient[i], "lenient"
+                    self.stats.add(lenient=1)
         why = "no score for this action in the reply, after one re-prompt" + (f" ({error})" if error else "")
         return scores, parse, reply, retries, bool(missing), why
 

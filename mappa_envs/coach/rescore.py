@@ -181,6 +181,7 @@ def rescore(
     done = _read_cache(cache_path)
     finished = {json.loads(ln)["episode_id"] for ln in _lines(traj_path)}
     meta, pool = _EnvMeta(env_kwargs or {}), CoachPool(coach, max_concurrency=concurrency)
+    failed = True
     try:
         with cache_path.open("a", encoding="utf-8") as cache, traj_path.open("a", encoding="utf-8") as traj:
             sink = _Sink(cache, traj, done, name)
@@ -198,8 +199,9 @@ def rescore(
                         sink.finish(*window.popleft())
             while window:
                 sink.finish(*window.popleft())
+        failed = False
     finally:
-        pool.close()
+        pool.close(cancel=failed)  # interrupted: the queued calls would be made and then lost
     stats.requests = pool.submitted
     (out / "summary.json").write_text(json.dumps({"source": str(source), "name": name, **asdict(stats)}, indent=1))
     log(f"[rescore] {stats.episodes} episodes, {stats.actions} actions: {stats.calls} evaluations in "

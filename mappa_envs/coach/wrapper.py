@@ -44,8 +44,9 @@ class CoachPool:
             self.submitted += 1
         return self._executor.submit(self.coach.evaluate_episode, inputs, record)
 
-    def close(self) -> None:
-        self._executor.shutdown(wait=True)
+    def close(self, cancel: bool = False) -> None:
+        """Wait for the calls in flight; ``cancel``: drop those not started yet (an interrupted re-score)."""
+        self._executor.shutdown(wait=True, cancel_futures=cancel)
 
 
 class EpisodePart:
