@@ -1,4 +1,5 @@
-"""What the tests share that is not a fixture: why a sandbox backend cannot run here (None when it can)."""
+"""What the tests share that is not a fixture: why a sandbox backend cannot run here (None when it can), and a coach
+that counts its calls."""
 
 from __future__ import annotations
 
@@ -32,3 +33,23 @@ DOCKER_SKIP = _docker_reason()
 """Why the Docker backend's tests are skipped here, or None (an engine answers and the sandbox image exists)."""
 BWRAP_SKIP = _bwrap_reason()
 """Why the bubblewrap backend's tests are skipped here, or None (bwrap and the sandbox rootfs exist)."""
+
+
+class CountingCoach:
+    """Wraps a coach (default the rule coach): counts its calls and raises at call ``fail_at``, as a killed process
+    stops (re-scoring and resume tests)."""
+
+    def __init__(self, inner=None, fail_at: int | None = None):
+        import threading
+
+        from mappa_envs.coach import RuleBasedCoach
+
+        self.inner = inner if inner is not None else RuleBasedCoach()
+        self.fail_at, self.calls, self.lock = fail_at, 0, threading.Lock()
+
+    def evaluate(self, inp):
+        with self.lock:
+            self.calls += 1
+            if self.fail_at is not None and self.calls >= self.fail_at:
+                raise KeyboardInterrupt("killed")
+        return self.inner.evaluate(inp)

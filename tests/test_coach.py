@@ -21,6 +21,8 @@ from mappa_envs.coach import (
 )
 from mappa_envs.coach.protocol import inputs_for_episode, parse_score_lenient
 
+from .support import CountingCoach
+
 TASK = [{"id": "q", "prompt": "What is 6 times 7?", "answer": "42"}]
 
 
@@ -343,22 +345,6 @@ def test_the_rule_coach_takes_the_roles_rules_from_the_task_not_from_role_names(
     assert "timed out" in timed_out.reasoning
 
 
-class _Counting:
-    """A coach that counts its calls (and raises at call ``fail_at``, as a killed process stops)."""
-
-    def __init__(self, fail_at=None):
-        from mappa_envs.coach import RuleBasedCoach
-
-        self.calls, self.fail_at, self.inner, self.lock = 0, fail_at, RuleBasedCoach(), __import__("threading").Lock()
-
-    def evaluate(self, inp):
-        with self.lock:
-            self.calls += 1
-            if self.fail_at is not None and self.calls >= self.fail_at:
-                raise KeyboardInterrupt("killed")
-        return self.inner.evaluate(inp)
-
-
 def test_rescore_rebuilds_the_wrappers_inputs_and_resumes_without_asking_again(tmp_path, stored_episodes):
     """`mappa rescore` (issue 20): stored episodes re-scored without new rollouts. The inputs are rebuilt as the
     reward wrapper built them (the same rule coach gives every stored score back); a re-score killed midway
@@ -375,12 +361,12 @@ def test_rescore_rebuilds_the_wrappers_inputs_and_resumes_without_asking_again(t
             assert act.info["rescored"]["score"] == act.info["coach"]["score"], (act.role, act.info)
             assert act.info["rescored"]["reasoning"] == act.info["coach"]["reasoning"]
 
-    killed = _Counting(fail_at=7)  # mid-way through the second episode (4 actions each)
+    killed = CountingCoach(fail_at=7)  # mid-way through the second episode (4 actions each)
     with pytest.raises(KeyboardInterrupt):
         rescore(tmp_path / "episodes.jsonl", killed, tmp_path / "resumed", concurrency=1, log=lambda *_: None)
     scored = len((tmp_path / "resumed" / "evaluations.jsonl").read_text().splitlines())
     assert scored == 6  # every evaluation made before the kill is on disk
-    again = _Counting()
+    again = CountingCoach()
     stats = rescore(tmp_path / "episodes.jsonl", again, tmp_path / "resumed", concurrency=1, log=lambda *_: None)
     assert again.calls == total - scored and stats.reused == scored and stats.calls == total - scored
     assert stats.episodes == 3 and stats.actions == total

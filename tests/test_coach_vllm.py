@@ -17,6 +17,8 @@ import urllib.request
 
 import pytest
 
+from .support import CountingCoach
+
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model]
 
 VLLM_PYTHON = os.environ.get("MAPPA_VLLM_PYTHON", sys.executable)
@@ -84,22 +86,6 @@ def test_openai_backend_scores_a_mathchat_episode_through_vllm_serve(vllm_url):
     assert coach.stats.counts["fallbacks"] == sum(e["fallback_used"] for e in evals)
 
 
-class _KilledAt:
-    """Wraps a coach: counts its calls and raises at call ``fail_at`` (as a killed process stops)."""
-
-    def __init__(self, inner, fail_at=None):
-        import threading
-
-        self.inner, self.fail_at, self.calls, self.lock = inner, fail_at, 0, threading.Lock()
-
-    def evaluate(self, inp):
-        with self.lock:
-            self.calls += 1
-            if self.fail_at is not None and self.calls >= self.fail_at:
-                raise KeyboardInterrupt("killed")
-        return self.inner.evaluate(inp)
-
-
 def test_rescore_through_vllm_serve_per_action_and_hindsight_and_resume(vllm_url, tmp_path, stored_episodes):
     """Issue 20's acceptance: stored episodes re-scored by an LLM coach through a real `vllm serve` (and by its
     hindsight form, one call per episode), both evaluations kept per action; a re-score killed midway resumes
@@ -116,12 +102,12 @@ def test_rescore_through_vllm_serve_per_action_and_hindsight_and_resume(vllm_url
     def llm():
         return LLMCoach(OpenAIChatBackend("smol", base_url=vllm_url, max_tokens=48, timeout_s=120), backoff_s=0.1)
 
-    killed = _KilledAt(llm(), fail_at=6)
+    killed = CountingCoach(llm(), fail_at=6)
     with pytest.raises(KeyboardInterrupt):
         rescore(tmp_path / "episodes.jsonl", killed, tmp_path / "llm", concurrency=1, log=lambda _: None)
     scored = len((tmp_path / "llm" / "evaluations.jsonl").read_text().splitlines())
     assert scored == 5
-    again = _KilledAt(llm())
+    again = CountingCoach(llm())
     stats = rescore(tmp_path / "episodes.jsonl", again, tmp_path / "llm", concurrency=2, log=lambda _: None)
     assert again.calls == total - scored and stats.reused == scored and stats.episodes == 3
     for rec in read_jsonl(tmp_path / "llm" / "trajectories.jsonl"):
