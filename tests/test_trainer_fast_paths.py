@@ -218,7 +218,7 @@ def test_a_resumed_run_knows_which_roles_stepped(tmp_path):
         worker = SimpleNamespace(save=SimpleNamespace(remote=lambda path: None), load=SimpleNamespace(remote=str))
         t._ray = SimpleNamespace(get=lambda refs: refs)
         t.roles, t.workers = ["coder", "verifier"], {"coder": [worker], "verifier": [worker]}
-        t._stepped, t._stale = set(stepped), set()
+        t._stepped, t._stale, t.owner = set(stepped), set(), {"coder": "coder", "verifier": "verifier"}
         return t
 
     trainer({"verifier"}).save_state(tmp_path)
