@@ -183,14 +183,12 @@ def test_a_trainer_class_is_checked_as_the_trainer_it_is(tiny_model, tmp_path, m
         trainer.close()
 
 
-@needs
-def test_role_weights_frozen_and_shared(tiny_model, tmp_path):
-    """The role-to-weights map on the single-process trainer: a frozen role acts and is never updated (its weights
-    bit-identical after training, its samples not trained on); two shared roles train one set of weights with one
-    step on both roles' samples; the frozen role's weights are not the trained ones."""
-    from baselines.local_trainer import LocalTrainer, TrainConfig
+def _role_weights_cfg(tiny_model, out, **overrides):
+    """The role-weight tests' run: two iterations of 2 prompts x 2 samples, 12 tokens, the length coach (its scores
+    differ between the random model's actions), cut responses kept."""
+    from baselines.local_trainer import TrainConfig
 
-    cfg = TrainConfig(
+    base = dict(
         model=tiny_model,
         trainer="local",
         iterations=2,
@@ -198,10 +196,22 @@ def test_role_weights_frozen_and_shared(tiny_model, tmp_path):
         samples_per_prompt=2,
         max_new_tokens=12,
         lr=1e-3,
-        out_dir=str(tmp_path),
+        out_dir=str(out),
         coach="mappa_envs.coach:LengthCoach",
         truncated="keep",
-        role_weights={"verifier": "frozen", "code_executor": "shared:problem_solver"},
+    )
+    return TrainConfig(**{**base, **overrides})
+
+
+@needs
+def test_role_weights_frozen_and_shared(tiny_model, tmp_path):
+    """The role-to-weights map on the single-process trainer: a frozen role acts and is never updated (its weights
+    bit-identical after training, its samples not trained on); two shared roles train one set of weights with one
+    step on both roles' samples; the frozen role's weights are not the trained ones."""
+    from baselines.local_trainer import LocalTrainer
+
+    cfg = _role_weights_cfg(
+        tiny_model, tmp_path, role_weights={"verifier": "frozen", "code_executor": "shared:problem_solver"}
     )
     trainer = LocalTrainer(cfg)
     learners = trainer.learners
@@ -287,20 +297,13 @@ def test_lora_shared_and_frozen_roles(tiny_model, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.local_trainer import LocalTrainer
     from baselines.lora import AdapterView
 
-    cfg = TrainConfig(
-        model=tiny_model,
-        trainer="local",
-        iterations=2,
-        prompts_per_iteration=2,
-        samples_per_prompt=2,
-        max_new_tokens=12,
+    cfg = _role_weights_cfg(
+        tiny_model,
+        tmp_path,
         lr=1e-2,
-        out_dir=str(tmp_path),
-        coach="mappa_envs.coach:LengthCoach",
-        truncated="keep",
         role_weights={"problem_solver": "lora:4", "code_executor": "shared:problem_solver", "verifier": "frozen"},
     )
     trainer = LocalTrainer(cfg)
@@ -349,22 +352,11 @@ def test_three_lora_roles_each_train_their_own_adapter_on_one_base(tiny_model, t
     """Every role a LoRA adapter on the one base, with the KL term on (each role's reference pass disables the
     adapters): after training every adapter moved, each differently, and no base tensor did."""
     pytest.importorskip("peft")
-    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.local_trainer import LocalTrainer
 
     roles = ("problem_solver", "code_executor", "verifier")
-    cfg = TrainConfig(
-        model=tiny_model,
-        trainer="local",
-        iterations=1,
-        prompts_per_iteration=2,
-        samples_per_prompt=2,
-        max_new_tokens=12,
-        lr=1e-2,
-        beta_kl=0.01,
-        out_dir=str(tmp_path),
-        coach="mappa_envs.coach:LengthCoach",
-        truncated="keep",
-        role_weights=dict.fromkeys(roles, "lora"),
+    cfg = _role_weights_cfg(
+        tiny_model, tmp_path, iterations=1, lr=1e-2, beta_kl=0.01, role_weights=dict.fromkeys(roles, "lora")
     )
     trainer = LocalTrainer(cfg)
     views = [trainer.learners[r].model for r in roles]
