@@ -92,6 +92,18 @@ def unpack_weights(weights: dict[str, Any]) -> list[tuple[str, Any]]:
 
 # ----------------------------------------------------------------------------------------------- vLLM engine
 
+LORA_RANK_SLOTS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``max_lora_rank`` values vLLM accepts."""
+
+
+def lora_rank_slot(ranks: dict[str, int]) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds every adapter's rank."""
+    top = max(ranks.values())
+    for slot in LORA_RANK_SLOTS:
+        if slot >= top:
+            return slot
+    raise ValueError(f"LoRA rank {top}: vLLM serves ranks up to {LORA_RANK_SLOTS[-1]}")
+
 
 class VLLMEngine:
     """One role's generation engine: a vLLM ``LLM`` in this process (V1 engine core in-process), whose weights
@@ -108,6 +120,7 @@ class VLLMEngine:
         kv_cache_gb: float = 1.0,
         gpu_memory_utilization: float = 0.25,
         name: str = "engine",
+        lora_ranks: dict[str, int] | None = None,
     ):
         from .console import redirect_actor_output
 
@@ -120,6 +133,8 @@ class VLLMEngine:
         kwargs: dict[str, Any] = {}
         if device == "cuda":
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if lora_ranks:  # one base, an adapter per LoRA role, chosen per request
+            kwargs.update(enable_lora=True, max_loras=len(lora_ranks), max_lora_rank=lora_rank_slot(lora_ranks))
         self.llm = LLM(
             model=model_path,
             dtype=dtype,
@@ -134,6 +149,8 @@ class VLLMEngine:
         )
         self.max_model_len = max_model_len
         self.weight_version = 0
+        self.adapters: dict[str, Any] = {}  # role -> the LoRARequest of its latest adapter
+        self._adapter_dir: str | None = None
 
     def ready(self) -> str:
         """The id of the node this actor runs on, once it is up."""
@@ -149,17 +166,21 @@ class VLLMEngine:
         temperature: float,
         top_p: float = 1.0,
         logprobs: bool = True,
+        adapter: str | None = None,
     ) -> list[tuple[str, list[int], str, list[float] | None]]:
         """Replies ``(text, sampled token ids, finish reason, log-probs)`` for token-id prompts, in order. The ids
         include the end-of-sequence token when generation stopped on it; the reason is ``"stop"`` or ``"length"``;
         the log-probs (``logprobs=True``) are each sampled token's under the engine's weights at ``temperature``
-        (after top-p), else None."""
+        (after top-p), else None. ``adapter``: the LoRA role whose adapter serves these prompts (:meth:`load_adapter`).
+        """
         from vllm import SamplingParams
 
         params = SamplingParams(
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0 if logprobs else None
         )
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        outs = self.llm.generate(
+            [{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False, lora_request=self._lora(adapter)
+        )
         replies = []
         for o in outs:
             c = o.outputs[0]
@@ -183,16 +204,63 @@ class VLLMEngine:
         self.weight_version += 1
         return time.perf_counter() - t0
 
+    def _lora(self, adapter: str | None):
+        """The request for ``adapter``'s latest weights; None (the base) for no adapter or for one never loaded: a
+        LoRA role's adapter starts as the identity (peft initialises ``lora_B`` to zeros), so before its first step
+        the base *is* its policy."""
+        return self.adapters.get(adapter) if adapter else None
+
+    def load_adapter(self, role: str, adapter: dict[str, Any]) -> float:
+        """Serve ``role``'s requests with a new adapter (``{"config": peft's adapter_config, "tensors":``
+        :func:`pack_weights` ``' arrays}``, what :meth:`baselines.lora_worker.LoraWorker.engine_weights` sends): it is
+        written as a peft folder under a new name and id (vLLM's prefix cache keys blocks by the adapter's path, so
+        no stale block is reused), and the role's previous adapter is removed. Returns seconds taken."""
+        import json
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from safetensors.torch import save_file
+        from vllm.lora.request import LoRARequest
+
+        t0 = time.perf_counter()
+        if self._adapter_dir is None:
+            self._adapter_dir = tempfile.mkdtemp(prefix="mappa-adapters-")
+        self.weight_version += 1
+        folder = Path(self._adapter_dir) / f"{role}-v{self.weight_version}"
+        folder.mkdir()
+        tensors = {name: t.clone() for name, t in unpack_weights(adapter["tensors"])}  # shared memory is read-only
+        save_file(tensors, str(folder / "adapter_model.safetensors"))
+        (folder / "adapter_config.json").write_text(json.dumps(adapter["config"]))
+        old = self.adapters.get(role)
+        self.adapters[role] = LoRARequest(folder.name, self.weight_version, str(folder))
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(old.lora_path, ignore_errors=True)
+        return time.perf_counter() - t0
+
+    def remove_adapters(self) -> int:
+        """Delete the adapter folders on disk (before the engine is killed); returns how many there were."""
+        import shutil
+
+        n = len(self.adapters)
+        if self._adapter_dir:
+            shutil.rmtree(self._adapter_dir, ignore_errors=True)
+        return n
+
     def reset_prefix_cache(self) -> bool:
         """Forget the cached KV blocks (a benchmark's cold start; a weight load does it too)."""
         return bool(self.llm.reset_prefix_cache())
 
-    def prompt_logprobs(self, prompt: list[int]) -> list[float]:
-        """Log-probability of each token of ``prompt`` after the first under the engine's current weights."""
+    def prompt_logprobs(self, prompt: list[int], adapter: str | None = None) -> list[float]:
+        """Log-probability of each token of ``prompt`` after the first under the engine's current weights (with
+        ``adapter``'s LoRA adapter)."""
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
-        out = self.llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)[0]
+        out = self.llm.generate(
+            [{"prompt_token_ids": prompt}], params, use_tqdm=False, lora_request=self._lora(adapter)
+        )[0]
         return [out.prompt_logprobs[i][tok].logprob for i, tok in enumerate(prompt) if i > 0]
 
 
@@ -212,8 +280,10 @@ class VLLMPolicy:
         temperature: float,
         top_p: float = 1.0,
         concurrent: bool = True,
+        adapter: str | None = None,
     ):
         self.engine, self.tokenizer = engine, tokenizer
+        self.adapter = adapter  # a LoRA role's name: its adapter on the engine's base
         self.concurrent = concurrent
         self.max_prompt_tokens, self.max_new_tokens = max_prompt_tokens, max_new_tokens
         self.temperature, self.top_p = temperature, top_p
@@ -230,6 +300,8 @@ class VLLMPolicy:
     def submit(self, batch):
         prompts = [self.encode(c) for c in batch]
         kwargs = {"max_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p}
+        if self.adapter:
+            kwargs["adapter"] = self.adapter
         generate = self.engine.generate
         if not hasattr(generate, "remote"):  # an engine in this process (``mappa eval``)
             replies = generate(prompts, **kwargs)

@@ -31,14 +31,14 @@ from typing import Any
 
 import torch
 
+from .actors import start_actors
 from .advantages import RoleBatch, advantages_by_role
-from .cluster import actor_resources, check_cluster, ranks_node, ray_init, write_placement
+from .cluster import ray_init
 from .config import TrainConfig
-from .distributed import RoleWorker, plan_shards
-from .engines import VLLMEngine, VLLMPolicy
+from .distributed import plan_shards
+from .engines import VLLMPolicy
 from .loop import TrainerBase
 from .packing import mini_batches
-from .rendezvous import start_ranks
 from .samples import Sample, sample_rows
 
 
@@ -73,84 +73,36 @@ class RayTrainer(TrainerBase):
         self.owner = {r: (s.of or r) if s.kind == "shared" else r for r, s in self.weights.items()}
         self._model_path = path
         self._start_actors(path, cfg.resolved_engine_dtype())
-        self._policies = {role: self._policy(self.engines[role], cfg.temperature) for role in self.roles}
+        self._policies = self.eval_policies(cfg.temperature)
         self.sync_seconds: list[float] = []
         self._stale: set[str] = set()  # roles whose engine lags its trainer (the engines start from the same weights)
         self._stepped: set[str] = set()  # roles whose trainer has taken a step (their policy is not the reference)
         self._parallel_updates = cfg.parallel_updates if cfg.parallel_updates is not None else self.device == "cuda"
 
     def _start_actors(self, path: str, engine_dtype: str) -> None:
-        """A vLLM engine (weights in ``engine_dtype``) and ``world_size`` DeepSpeed ranks per role, ready when this
-        returns. On GPU every actor takes an equal share of the GPUs (engines start one at a time: vLLM profiles free
-        memory at start-up)."""
-        ray, cfg = self._ray, self.cfg
-        n_actors = sum(self.owner[r] == r for r in self.roles) + cfg.world_size * sum(
-            self.weights[r].kind == "full" for r in self.roles
-        )
-        if self.device == "cuda":
-            gpus = ray.cluster_resources().get("GPU", 0)
-            if gpus < 1:
-                raise RuntimeError("device='cuda' but the Ray cluster has no GPU")
-            opts = {"num_cpus": 1, "num_gpus": min(1.0, gpus / n_actors)}
-        else:
-            opts = {"num_cpus": 0}
-        per_actor = {"CPU": opts["num_cpus"], "GPU": opts.get("num_gpus", 0)}
-        trained = [r for r in self.roles if self.weights[r].kind == "full"]
-        actors = [("engine", r, 1) for r in self.roles if self.owner[r] == r]
-        check_cluster(ray, cfg.placement, [*actors, *(("trainer", r, cfg.world_size) for r in trained)], per_actor)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        """Engines and ranks from the role-to-weights map (:mod:`baselines.actors`), ready when this returns."""
+        actors = start_actors(self._ray, self.cfg, self.roles, self.weights, path, engine_dtype, self.device, self.out)
+        self.engines, self.workers = actors.engines, actors.workers
+        self.rendezvous_retries, self.lora_ranks = actors.rendezvous_retries, actors.lora_ranks
 
-        Engine = ray.remote(VLLMEngine)
-        Worker = ray.remote(RoleWorker)
-        self.engines: dict[str, Any] = {}
-        for i, role in enumerate(self.roles):
-            if self.owner[role] != role:
-                continue
-            where = {"resources": actor_resources(cfg.placement, "engine", role)}
-            self.engines[role] = Engine.options(name=None, **opts, **where).remote(
-                path,
-                dtype=engine_dtype,
-                device=self.device,
-                seed=cfg.seed + i,
-                max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
-                kv_cache_gb=cfg.engine_kv_cache_gb,
-                gpu_memory_utilization=cfg.gpu_memory_utilization,
-                name=f"engine-{role}",
-            )
-            if self.device == "cuda":
-                ray.get(self.engines[role].ready.remote())
-
-        def spawn(role: str, port: int) -> list[Any]:
-            o = dict(opts, resources=actor_resources(cfg.placement, "trainer", role))
-            if node := ranks_node(ray, cfg.placement, role, cfg.world_size, per_actor):  # one node for the ranks
-                o["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
-            return [Worker.options(**o).remote(role, r, cfg.world_size, port, path, cfg) for r in range(cfg.world_size)]
-
-        self.workers, self.rendezvous_retries = start_ranks(ray, trained, spawn)
-        ray.get([e.ready.remote() for e in self.engines.values()])
-        for role in self.roles:  # a shared role acts and learns with its owner's engine and ranks
-            self.engines[role] = self.engines[self.owner[role]]
-            if self.owner[role] != role:
-                self.workers[role] = self.workers[self.owner[role]]
-        write_placement(ray, self.out / "placement.json", self.engines, self.workers)
-
-    def _policy(self, engine, temperature: float) -> VLLMPolicy:
+    def _policy(self, role: str, temperature: float) -> VLLMPolicy:
         cfg = self.cfg
         concurrent = cfg.concurrent_generation
         return VLLMPolicy(
-            engine,
+            self.engines[role],
             self.tokenizer,
             max_prompt_tokens=cfg.max_prompt_tokens,
             max_new_tokens=cfg.max_new_tokens,
             temperature=temperature,
             concurrent=self.device == "cuda" if concurrent is None else concurrent,
+            adapter=self.owner[role] if self.owner[role] in self.lora_ranks else None,
         )
 
     def policies(self) -> dict[str, VLLMPolicy]:
         return self._policies
 
     def eval_policies(self, temperature: float) -> dict[str, VLLMPolicy]:
-        return {role: self._policy(self.engines[role], temperature) for role in self.roles}
+        return {role: self._policy(role, temperature) for role in self.roles}
 
     # ------------------------------------------------------------------ update
     def _rows(self, samples: list[Sample]) -> list[tuple[list[int], int]]:
@@ -355,7 +307,9 @@ class RayTrainer(TrainerBase):
         for role in sorted(self._stale):
             t_role = time.perf_counter()
             states = [w.engine_weights.remote() for w in self.workers[role]]
-            refs = [self.engines[role].load_weights.remote(states[0]), *states[1:]]  # rank 0's ref: no driver copy
+            load = self.engines[role].load_weights if role not in self.lora_ranks else None
+            first = load.remote(states[0]) if load else self.engines[role].load_adapter.remote(role, states[0])
+            refs = [first, *states[1:]]  # rank 0's ref: no driver copy (a LoRA role's: its adapter only)
             if self._parallel_updates:
                 loads.extend(refs)
             else:
@@ -369,8 +323,9 @@ class RayTrainer(TrainerBase):
         return seconds
 
     def _ranks(self) -> list[Any]:
-        """Every DeepSpeed rank once (a shared role's are its owner's)."""
-        return list({id(w): w for ws in self.workers.values() for w in ws}.values())
+        """Every rank actor once (a shared role's are its owner's; the LoRA roles' one set of ranks once)."""
+        actors = (getattr(w, "actor", w) for ws in self.workers.values() for w in ws)
+        return list({id(a): a for a in actors}.values())
 
     def save_state(self, path: Path) -> None:
         self._ray.get([w.save.remote(str(path)) for w in self._ranks()])
@@ -393,6 +348,11 @@ class RayTrainer(TrainerBase):
     def close(self) -> None:
         super().close()
         ray = self._ray
+        lora_engines = {id(self.engines[r]): self.engines[r] for r in self.lora_ranks if r in self.engines}
+        try:  # their adapter folders (a kill runs no clean-up in the actor)
+            ray.get([e.remove_adapters.remote() for e in lora_engines.values()], timeout=30)
+        except Exception as err:  # a dead engine: its folders stay in the temp dir
+            print(f"could not remove the LoRA engine's adapter folders: {type(err).__name__}: {err}")
         for actor in {id(a): a for a in [*self.engines.values(), *self._ranks()]}.values():
             ray.kill(actor)
         self.engines.clear()

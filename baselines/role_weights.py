@@ -7,8 +7,9 @@
 - ``shared:ROLE``: the same trainable weights as ``ROLE`` (itself ``full`` or ``lora``): one optimiser step per
   iteration on both roles' samples, each role's advantages normalised over its own samples as before (both
   trainers; on the distributed one the roles also share one vLLM engine and one set of DeepSpeed ranks);
-- ``lora[:RANK]``: its own LoRA adapter on one frozen base shared by every LoRA role (:mod:`baselines.lora`;
-  single-process trainer);
+- ``lora[:RANK]``: its own LoRA adapter on one frozen base shared by every LoRA role (:mod:`baselines.lora`; on
+  the distributed trainer the LoRA roles also share one vLLM engine, which serves each adapter per request, and
+  one set of ranks, :mod:`baselines.lora_worker`);
 - ``full@MODEL`` (a role's own base model) is parsed and refused with the reason: not built yet.
 
 >>> parse_spec("shared:problem_solver")
@@ -74,11 +75,6 @@ def spec_problems(role_weights: Mapping[str, str], roles: Sequence[str], trainer
                 problems.append(
                     f"{role}=shared:{s.of}: {s.of} is {owner.kind}; share the weights of a 'full' or 'lora' role"
                 )
-        elif s.kind == "lora" and trainer != "local":
-            problems.append(
-                f"{role}=lora: LoRA adapters are built for the single-process trainer only (trainer='local'); the Ray "
-                "trainer gives each role a full model"
-            )
         elif s.model:
             problems.append(f"{role}=full@{s.model}: a role's own base model is not built yet (issue 18)")
     return problems

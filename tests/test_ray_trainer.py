@@ -357,3 +357,56 @@ def test_shared_and_frozen_roles_on_the_distributed_trainer(tmp_path):
     assert any(not torch.equal(shared[k].float(), base[k].float()) for k in shared if k in base)
     placed = json.loads((out / "placement.json").read_text())["actors"]
     assert "trainer:verifier:0" not in placed and "engine:verifier" in placed
+
+
+def test_issue_18_acceptance_lora_shared_and_frozen(tmp_path):
+    """The acceptance command: `mappa train --preset smoke --role-weights problem_solver=lora --role-weights
+    code_executor=shared:problem_solver --role-weights verifier=frozen`. The LoRA role and its sharer act through one
+    engine (per-request adapter) and learn on one set of ranks; the verifier's engine is the base, never updated.
+    Exported: the frozen role's weights are the base's bit for bit; the two shared roles' merged weights and
+    adapters are one; the LoRA role's merged model is the untouched base plus its adapter (peft's merge of the
+    exported adapter onto the base file gives it back), and the adapter moved off its zero start."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from baselines.models import resolve_model
+
+    out = tmp_path / "run"
+    args = ["--coach", COACH, "--role-weights", "problem_solver=lora", "--role-weights"]
+    proc = _run([*args, "code_executor=shared:problem_solver", "--role-weights", "verifier=frozen"], out)
+    try:
+        assert proc.wait(timeout=900) == 0, _log(out)
+    finally:
+        _kill_group(proc)
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 2
+    for m in metrics:
+        solver, coder, verifier = m["problem_solver"], m["code_executor"], m["verifier"]
+        assert verifier["frozen"] == 1 and verifier["samples"] == 0
+        assert solver["skipped"] == coder["skipped"] == 0 and solver["loss"] == coder["loss"]  # one step for both
+        assert solver["samples"] > 0 and coder["samples"] > 0 and solver["grad_norm"] > 0
+    placed = json.loads((out / "placement.json").read_text())["actors"]
+    assert sorted(placed) == ["engine:problem_solver", "engine:verifier", "trainer:problem_solver:0"]
+    base_dir = Path(resolve_model("tiny-random"))
+    base = load_file(base_dir / "model.safetensors")
+    models = out / "models"
+    verifier = load_file(models / "verifier" / "model.safetensors")
+    assert all(torch.equal(verifier[k], base[k]) for k in base)
+    solver, coder = (load_file(models / r / "model.safetensors") for r in ("problem_solver", "code_executor"))
+    assert solver.keys() == coder.keys() and all(torch.equal(solver[k], coder[k]) for k in solver)
+    adapters = [load_file(models / r / "adapter" / "problem_solver" / "adapter_model.safetensors")
+                for r in ("problem_solver", "code_executor")]  # fmt: skip
+    assert all(torch.equal(adapters[0][k], adapters[1][k]) for k in adapters[0])
+    assert any(float(v.abs().max()) > 0 for k, v in adapters[0].items() if "lora_B" in k)
+    rebuilt = (
+        PeftModel.from_pretrained(
+            AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32),
+            models / "problem_solver" / "adapter" / "problem_solver",
+        )
+        .merge_and_unload()
+        .state_dict()
+    )
+    assert all(torch.allclose(rebuilt[k], solver[k], atol=1e-6) for k in solver)
+    assert any(not torch.equal(solver[k], base[k]) for k in base)
+    assert (out / "checkpoints" / "latest").exists() and list((out / "checkpoints").glob("iter-*/lora-*.pt"))

@@ -1,0 +1,115 @@
+"""The distributed trainer's actors, started from the role-to-weights map (:mod:`baselines.role_weights`):
+
+- a ``full`` role: its own vLLM engine and ``world_size`` DeepSpeed ranks (:class:`~baselines.distributed.RoleWorker`);
+- a ``frozen`` role: its own engine, no rank;
+- a ``shared:ROLE`` role: its owner's engine and ranks;
+- the ``lora`` roles: **one** engine with an adapter per role (vLLM's per-request LoRA) and **one** set of ranks
+  holding one base and every adapter (:class:`~baselines.lora_worker.LoraWorker`), both named after the first
+  LoRA role (``engine:<it>``, ``trainer:<it>:<rank>`` in ``placement.json`` and in ``--place``).
+
+A role's engine and ranks are then looked up by the role itself: a LoRA role's ranks through
+:class:`~baselines.lora_worker.RoleHandle`, which names the role in every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .cluster import actor_resources, check_cluster, ranks_node, write_placement
+from .config import TrainConfig
+from .distributed import RoleWorker
+from .engines import VLLMEngine
+from .lora import DEFAULT_RANK
+from .lora_worker import LoraWorker, RoleHandle
+from .rendezvous import start_ranks
+from .role_weights import WeightSpec
+
+
+@dataclass
+class Actors:
+    engines: dict[str, Any]
+    """role -> its engine (roles that share weights share it)"""
+    workers: dict[str, list[Any]]
+    """role -> its ranks (or :class:`RoleHandle`\\ s); frozen roles absent"""
+    groups: dict[str, str]
+    """role -> the name its engine and ranks were started under"""
+    lora_ranks: dict[str, int]
+    """LoRA role -> its adapter's rank"""
+    rendezvous_retries: int = 0
+
+
+def actor_groups(roles: list[str], weights: dict[str, WeightSpec]) -> tuple[dict[str, str], dict[str, int]]:
+    """Each role's group (the name of the engine and ranks it uses) and the LoRA roles' ranks.
+
+    >>> from baselines.role_weights import parse_spec
+    >>> specs = {r: parse_spec(s) for r, s in [("a", "lora"), ("b", "shared:a"), ("c", "lora:16"), ("d", "frozen")]}
+    >>> actor_groups(list(specs), specs)
+    ({'a': 'a', 'b': 'a', 'c': 'a', 'd': 'd'}, {'a': 8, 'c': 16})
+    """
+    owner = {r: (s.of or r) if s.kind == "shared" else r for r, s in weights.items()}
+    lora = {r: s.rank or DEFAULT_RANK for r, s in weights.items() if s.kind == "lora"}
+    first = next(iter(lora), None)
+    return {r: first if owner[r] in lora else owner[r] for r in roles}, lora
+
+
+def start_actors(ray: Any, cfg: TrainConfig, roles: list[str], weights: dict[str, WeightSpec], path: str,
+                 engine_dtype: str, device: str, out: Path) -> Actors:  # fmt: skip
+    """Every engine and rank the map asks for, ready when this returns (on GPU every actor takes an equal share of
+    the GPUs; engines start one at a time there: vLLM profiles free memory at start-up)."""
+    group, lora = actor_groups(roles, weights)
+    owner = {r: (s.of or r) if s.kind == "shared" else r for r, s in weights.items()}
+    engine_groups = list(dict.fromkeys(group[r] for r in roles))
+    trained = list(dict.fromkeys(group[r] for r in roles if weights[owner[r]].kind in ("full", "lora")))
+    if device == "cuda":
+        gpus = ray.cluster_resources().get("GPU", 0)
+        if gpus < 1:
+            raise RuntimeError("device='cuda' but the Ray cluster has no GPU")
+        opts = {"num_cpus": 1, "num_gpus": min(1.0, gpus / (len(engine_groups) + cfg.world_size * len(trained)))}
+    else:
+        opts = {"num_cpus": 0}  # on CPU everything shares the cores
+    per_actor = {"CPU": opts["num_cpus"], "GPU": opts.get("num_gpus", 0)}
+    wanted = [*(("engine", g, 1) for g in engine_groups), *(("trainer", g, cfg.world_size) for g in trained)]
+    check_cluster(ray, cfg.placement, wanted, per_actor)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    Engine = ray.remote(VLLMEngine)
+    by_group: dict[str, Any] = {}
+    for g in engine_groups:
+        by_group[g] = Engine.options(**opts, resources=actor_resources(cfg.placement, "engine", g)).remote(
+            path,
+            dtype=engine_dtype,
+            device=device,
+            seed=cfg.seed + roles.index(g),
+            max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
+            kv_cache_gb=cfg.engine_kv_cache_gb,
+            gpu_memory_utilization=cfg.gpu_memory_utilization,
+            name=f"engine-{g}",
+            lora_ranks=lora if g in lora else None,
+        )
+        if device == "cuda":
+            ray.get(by_group[g].ready.remote())
+
+    def spawn(g: str, port: int) -> list[Any]:
+        o = dict(opts, resources=actor_resources(cfg.placement, "trainer", g))
+        if node := ranks_node(ray, cfg.placement, g, cfg.world_size, per_actor):  # one node for the ranks
+            o["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+        W = cfg.world_size
+        if g in lora:
+            return [ray.remote(LoraWorker).options(**o).remote(lora, r, W, port, path, cfg) for r in range(W)]
+        return [ray.remote(RoleWorker).options(**o).remote(g, r, W, port, path, cfg) for r in range(W)]
+
+    ranks, retries = start_ranks(ray, trained, spawn)
+    ray.get([e.ready.remote() for e in by_group.values()])
+    write_placement(ray, out / "placement.json", by_group, ranks)
+    workers = {}
+    for r in roles:
+        if owner[r] in lora:
+            workers[r] = [RoleHandle(a, owner[r]) for a in ranks[group[r]]]
+        elif group[r] in ranks:
+            workers[r] = ranks[group[r]]
+    return Actors({r: by_group[group[r]] for r in roles}, workers, group, lora, retries)
+
+
+__all__ = ["Actors", "actor_groups", "start_actors"]
