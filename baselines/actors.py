@@ -54,9 +54,10 @@ def actor_groups(roles: list[str], weights: dict[str, WeightSpec]) -> tuple[dict
     return {r: first if owner[r] in lora else owner[r] for r in roles}, lora
 
 
-def start_actors(ray: Any, cfg: TrainConfig, roles: list[str], weights: dict[str, WeightSpec], path: str,
-                 engine_dtype: str, device: str, out: Path) -> Actors:  # fmt: skip
-    """Every engine and rank the map asks for, ready when this returns (on GPU every actor takes an equal share of
+def start_actors(ray: Any, cfg: TrainConfig, roles: list[str], weights: dict[str, WeightSpec],
+                 paths: dict[str, str], engine_dtype: str, device: str, out: Path) -> Actors:  # fmt: skip
+    """Every engine and rank the map asks for, each on its role's model (``paths``: role -> model folder), ready
+    when this returns (on GPU every actor takes an equal share of
     the GPUs; engines start one at a time there: vLLM profiles free memory at start-up)."""
     group, lora = actor_groups(roles, weights)
     owner = {r: (s.of or r) if s.kind == "shared" else r for r, s in weights.items()}
@@ -78,7 +79,7 @@ def start_actors(ray: Any, cfg: TrainConfig, roles: list[str], weights: dict[str
     by_group: dict[str, Any] = {}
     for g in engine_groups:
         by_group[g] = Engine.options(**opts, resources=actor_resources(cfg.placement, "engine", g)).remote(
-            path,
+            paths[g],
             dtype=engine_dtype,
             device=device,
             seed=cfg.seed + roles.index(g),
@@ -97,8 +98,8 @@ def start_actors(ray: Any, cfg: TrainConfig, roles: list[str], weights: dict[str
             o["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         W = cfg.world_size
         if g in lora:
-            return [ray.remote(LoraWorker).options(**o).remote(lora, r, W, port, path, cfg) for r in range(W)]
-        return [ray.remote(RoleWorker).options(**o).remote(g, r, W, port, path, cfg) for r in range(W)]
+            return [ray.remote(LoraWorker).options(**o).remote(lora, r, W, port, paths[g], cfg) for r in range(W)]
+        return [ray.remote(RoleWorker).options(**o).remote(g, r, W, port, paths[g], cfg) for r in range(W)]
 
     ranks, retries = start_ranks(ray, trained, spawn)
     ray.get([e.ready.remote() for e in by_group.values()])

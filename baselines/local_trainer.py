@@ -29,7 +29,7 @@ from .advantages import RoleBatch, advantages_by_role
 from .config import TrainConfig
 from .loop import TrainerBase
 from .policies import GenerationConfig, TransformersPolicy
-from .role_weights import weight_groups
+from .role_weights import role_models, weight_groups
 from .samples import Sample, TokenBatch, token_logprobs, tokenize_samples
 
 __all__ = ["LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss", "scatter_responses"]
@@ -178,9 +178,11 @@ class LocalTrainer(TrainerBase):
         # one learner (model, reference, optimiser) per set of trained weights; a shared role acts with its owner's
         self.groups = weight_groups(self.weights)
         self.learners: dict[str, RoleLearner] = {}
+        own = {r: resolve_model(m) for r, m in role_models(self.weights, cfg.model).items() if m != cfg.model}
         for role in [r for r in self.roles if self.weights[r].kind in ("full", "frozen")]:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-            self.learners[role] = RoleLearner(model, self.tokenizer, cfg, trained=self.weights[role].kind == "full")
+            model = AutoModelForCausalLM.from_pretrained(own.get(role, path), dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(own[role]) if role in own else self.tokenizer  # full@MODEL
+            self.learners[role] = RoleLearner(model, tokenizer, cfg, trained=self.weights[role].kind == "full")
         lora = {r: self.weights[r].rank for r in self.roles if self.weights[r].kind == "lora"}
         if lora:  # one base for every LoRA role, an adapter each
             from .lora import SharedBase

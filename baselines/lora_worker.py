@@ -23,6 +23,23 @@ from .distributed import RoleWorker, _release_freed_memory, adamw
 from .engines import pack_weights
 
 
+def adapter_state(peft_model: Any, role: str) -> dict[str, Any]:
+    """``role``'s adapter tensors as peft saves them (keys without the adapter's name), copied to the CPU."""
+    from peft import get_peft_model_state_dict
+
+    state = get_peft_model_state_dict(peft_model, adapter_name=role)
+    return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
+
+
+def adapter_payload(peft_model: Any, role: str, dtype: str | None = None) -> dict[str, Any]:
+    """What :meth:`baselines.engines.VLLMEngine.load_adapter` takes: ``role``'s peft ``adapter_config.json`` as a
+    dict (sets as sorted lists, enums as their values) and its tensors packed for Ray (:func:`pack_weights`, in
+    ``dtype``)."""
+    conf = peft_model.peft_config[role].to_dict()
+    config = {k: sorted(v) if isinstance(v, set) else getattr(v, "value", v) for k, v in conf.items()}
+    return {"config": config, "tensors": pack_weights(adapter_state(peft_model, role), dtype)}
+
+
 class AdapterEngine:
     """One role's adapter (or, without an optimiser, the reference: the base with adapters off) behind the calls
     :class:`~baselines.distributed.RoleWorker` makes on a DeepSpeed engine: forward, ``backward``, ``step``,
@@ -136,25 +153,12 @@ class LoraWorker(RoleWorker):
     # --- weights and checkpoints
     def adapter_state(self, role: str) -> dict[str, Any]:
         """``role``'s adapter as peft saves it (keys without the adapter's name), on the CPU."""
-        from peft import get_peft_model_state_dict
-
-        state = get_peft_model_state_dict(self.shared.peft, adapter_name=role)
-        return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
-
-    def adapter_config(self, role: str) -> dict[str, Any]:
-        """``role``'s peft ``adapter_config.json`` as a dict (sets as sorted lists, enums as their values)."""
-        conf = self.shared.peft.peft_config[role].to_dict()
-        return {k: sorted(v) if isinstance(v, set) else getattr(v, "value", v) for k, v in conf.items()}
+        return adapter_state(self.shared.peft, role)
 
     def engine_weights(self, role: str) -> dict[str, Any] | None:
-        """What the engine loads for ``role`` (:meth:`~baselines.engines.VLLMEngine.load_adapter`): the adapter's
-        config and tensors (in the engine's dtype); None on ranks other than 0 (the ranks hold the same adapter)."""
-        if self.rank != 0:
-            return None
-        return {
-            "config": self.adapter_config(role),
-            "tensors": pack_weights(self.adapter_state(role), self.cfg.resolved_engine_dtype()),
-        }
+        """What the engine loads for ``role`` (:func:`adapter_payload`); None on ranks other than 0 (the ranks hold
+        the same adapter)."""
+        return adapter_payload(self.shared.peft, role, self.cfg.resolved_engine_dtype()) if self.rank == 0 else None
 
     def full_state(self, role: str) -> dict[str, Any] | None:
         """The base with ``role``'s adapter merged in, by Hugging Face name (rank 0; None elsewhere)."""
@@ -228,4 +232,4 @@ class RoleHandle:
         return _Bound(getattr(self.actor, name), self.role)
 
 
-__all__ = ["AdapterEngine", "LoraWorker", "RoleHandle"]
+__all__ = ["AdapterEngine", "LoraWorker", "RoleHandle", "adapter_payload", "adapter_state"]

@@ -35,6 +35,8 @@ model's ``config.json``, no weights loaded), ``b`` bytes per parameter (``cfg.re
     gathered state and the engine's incoming copy: measured +0.7 GiB on the engine for SmolLM2's 0.5 GiB). The
     peak counts the larger of the update and the sync phase;
   - plus 1.5 GiB for the Ray driver and its object store.
+  - role weights (:mod:`baselines.role_weights`): a shared role adds nothing, a frozen one an engine and no ranks,
+    the LoRA roles together one engine and one set of ranks, each holding the base once (no reference copy).
 
 * Ray trainer on GPU: the same ranks (bf16) on the GPUs Ray sees, plus ``gpu_memory_utilization`` of a GPU per
   vLLM engine, against the GPUs' total memory (``nvidia-smi``, or ``MAPPA_GPU_MEMORY_BUDGET_GB``); never measured
@@ -253,7 +255,10 @@ def estimate_memory(
     b = _dtype_bytes(dtype)
     W = max(1, cfg.world_size)
     parallel = cfg.parallel_updates if cfg.parallel_updates is not None else device == "cuda"
-    at_once = n_roles if parallel else 1
+    n = weight_counts(cfg, n_roles)
+    # engines: one per full or frozen role, one for every LoRA role; ranks: a set per full role, one for the LoRA roles
+    engines_n, ranked = n["full"] + n["frozen"] + bool(n["lora"]), n["full"]
+    at_once = max(1, ranked + bool(n["lora"])) if parallel else 1
     act = activation_bytes(shape, cfg, b, checkpointing=cfg.gradient_checkpointing)
     states = _rank_states(cfg, P, b)
     parts: dict[str, float] = {}
@@ -261,19 +266,21 @@ def estimate_memory(
         budget = budget or memory_budget("gpu")
         gpus = _gpu_memory()
         per_gpu = gpus[0] if gpus else (budget[0] or 0.0)  # vLLM's fraction is of one GPU
-        engines = n_roles * cfg.gpu_memory_utilization * per_gpu * GiB
-        parts[f"vLLM engines ({n_roles} x {cfg.gpu_memory_utilization:.0%} of a {per_gpu:.0f} GiB GPU)"] = engines
+        engines = engines_n * cfg.gpu_memory_utilization * per_gpu * GiB
+        parts[f"vLLM engines ({engines_n} x {cfg.gpu_memory_utilization:.0%} of a {per_gpu:.0f} GiB GPU)"] = engines
         notes.append("GPU figures are not calibrated by a measurement")
     else:
         budget = budget or memory_budget("ray-host")
         kv = max(1, round(cfg.engine_kv_cache_gb))
-        parts[f"vLLM engines ({n_roles} x (weights + {kv} GiB KV cache + runtime))"] = n_roles * (
+        parts[f"vLLM engines ({engines_n} x (weights + {kv} GiB KV cache + runtime))"] = engines_n * (
             P * _dtype_bytes(cfg.resolved_engine_dtype()) + kv * GiB + ENGINE_RUNTIME_GIB * GiB
         )
-    for name, value in states.items():
-        parts[f"ranks ({n_roles} roles x {W}): {name}"] = n_roles * value
+    for name, value in states.items() if ranked else ():
+        parts[f"ranks ({ranked} roles x {W}): {name}"] = ranked * value
+    if n["lora"]:  # each rank: the base (no reference: adapters off), adapters and their AdamW states negligible
+        parts[f"LoRA ranks ({n['lora']} adapters on one base, x {W})"] = W * (P * b + RANK_RUNTIME_GIB * GiB)
     update_peak = at_once * W * act
-    sync_peak = (n_roles if parallel else 1) * SYNC_WEIGHT_COPIES * P * b if device != "cuda" else 0.0
+    sync_peak = (ranked if parallel else 1) * SYNC_WEIGHT_COPIES * P * b if device != "cuda" and ranked else 0.0
     ckpt = ", gradient checkpointing" if cfg.gradient_checkpointing else ", no gradient checkpointing"
     seq = cfg.max_prompt_tokens + cfg.max_new_tokens
     who = f"{at_once} role{'s' if at_once > 1 else ''} at once"
@@ -298,14 +305,12 @@ def _local_estimate(
     one role's activations, the process."""
     P = shape.params
     b = 4  # the local trainer loads float32
-    # role_weights: a shared role adds no model; a frozen one its weights only (no reference, gradients, AdamW)
-    specs = list(cfg.role_weights.values())
-    frozen = sum(s == "frozen" for s in specs)
-    shared = n_roles - 1 - frozen if cfg.share_model else sum(s.startswith("shared:") for s in specs)
-    models = max(1, n_roles - shared)
-    trained = max(0, models - frozen)
+    n = weight_counts(cfg, n_roles)
+    shared, frozen, lora = n["shared"], n["frozen"], n["lora"]
+    models, trained = n["full"] + frozen + bool(lora), n["full"]
     parts = {
-        f"policies ({models} x fp32{f', {shared} role(s) sharing' if shared else ''})": models * P * b,
+        f"policies ({models} x fp32{f', {shared} role(s) sharing' if shared else ''}"
+        f"{f', {lora} LoRA adapter(s) on one' if lora else ''})": models * P * b,
         f"references ({trained} x fp32)": trained * P * b,
         "gradients (fp32)": trained * P * 4,
         f"AdamW states ({trained} optimisers)": trained * 8 * P,
@@ -321,6 +326,22 @@ def _local_estimate(
     }
     notes.append("the local trainer ignores gradient_checkpointing and zero_stage")
     return _finish("host", parts, notes, budget or memory_budget("host"))
+
+
+def weight_counts(cfg: TrainConfig, n_roles: int) -> dict[str, int]:
+    """How many roles have each kind of weights (:mod:`baselines.role_weights`; roles not named: ``full``;
+    ``share_model``: every role after the first shares it). ``lora`` roles hold one base between them.
+
+    >>> weight_counts(TrainConfig(role_weights={"a": "lora", "b": "shared:a", "c": "frozen"}), 4)
+    {'full': 1, 'frozen': 1, 'shared': 1, 'lora': 1}
+    """
+    kinds = [text.split(":")[0].split("@")[0] for text in cfg.role_weights.values()]
+    out = {k: kinds.count(k) for k in ("full", "frozen", "shared", "lora")}
+    out["full"] += n_roles - len(kinds)
+    if cfg.share_model:
+        out["shared"] = max(out["shared"], n_roles - 1 - out["frozen"])
+        out["full"] = n_roles - out["shared"] - out["frozen"] - out["lora"]
+    return out
 
 
 def _finish(target: str, parts: dict[str, float], notes: list[str], budget) -> MemoryEstimate:

@@ -39,6 +39,7 @@ from .distributed import plan_shards
 from .engines import VLLMPolicy
 from .loop import TrainerBase
 from .packing import mini_batches
+from .role_weights import role_models
 from .samples import Sample, sample_rows
 
 
@@ -66,22 +67,30 @@ class RayTrainer(TrainerBase):
         self.device = cfg.resolved_device()
         path = resolve_model(cfg.model)  # converts/creates it once, here, before the actors read it
         self.tokenizer = AutoTokenizer.from_pretrained(path)
+        # each role's model (full@MODEL: its own) and tokenizer; the LoRA and frozen roles are on the team's model
+        names = role_models(self.weights, cfg.model)
+        paths = {m: resolve_model(m) for m in set(names.values())}
+        self.model_paths = {r: paths[names[r]] for r in self.roles}
+        self.tokenizers = {
+            r: self.tokenizer if names[r] == cfg.model else AutoTokenizer.from_pretrained(self.model_paths[r])
+            for r in self.roles
+        }
         ray_init(cfg)
         self._ray = ray
         # whose weights each role acts with: a shared role its owner's (one engine, one set of ranks); a frozen role
         # its own engine and no ranks (it is never updated)
         self.owner = {r: (s.of or r) if s.kind == "shared" else r for r, s in self.weights.items()}
-        self._model_path = path
-        self._start_actors(path, cfg.resolved_engine_dtype())
+        self._start_actors(cfg.resolved_engine_dtype())
         self._policies = self.eval_policies(cfg.temperature)
         self.sync_seconds: list[float] = []
         self._stale: set[str] = set()  # roles whose engine lags its trainer (the engines start from the same weights)
         self._stepped: set[str] = set()  # roles whose trainer has taken a step (their policy is not the reference)
         self._parallel_updates = cfg.parallel_updates if cfg.parallel_updates is not None else self.device == "cuda"
 
-    def _start_actors(self, path: str, engine_dtype: str) -> None:
+    def _start_actors(self, engine_dtype: str) -> None:
         """Engines and ranks from the role-to-weights map (:mod:`baselines.actors`), ready when this returns."""
-        actors = start_actors(self._ray, self.cfg, self.roles, self.weights, path, engine_dtype, self.device, self.out)
+        args = (self.roles, self.weights, self.model_paths, engine_dtype, self.device, self.out)
+        actors = start_actors(self._ray, self.cfg, *args)
         self.engines, self.workers = actors.engines, actors.workers
         self.rendezvous_retries, self.lora_ranks = actors.rendezvous_retries, actors.lora_ranks
 
@@ -90,7 +99,7 @@ class RayTrainer(TrainerBase):
         concurrent = cfg.concurrent_generation
         return VLLMPolicy(
             self.engines[role],
-            self.tokenizer,
+            self.tokenizers[role],
             max_prompt_tokens=cfg.max_prompt_tokens,
             max_new_tokens=cfg.max_new_tokens,
             temperature=temperature,
@@ -107,7 +116,8 @@ class RayTrainer(TrainerBase):
     # ------------------------------------------------------------------ update
     def _rows(self, samples: list[Sample]) -> list[tuple[list[int], int]]:
         """The samples' token rows as the workers build them (:func:`baselines.samples.sample_rows`)."""
-        return sample_rows(samples, self.tokenizer, self.cfg.max_prompt_tokens, self.cfg.max_new_tokens + 1)
+        tokenizer = self.tokenizers[samples[0].role] if samples else self.tokenizer  # a role's own (full@MODEL)
+        return sample_rows(samples, tokenizer, self.cfg.max_prompt_tokens, self.cfg.max_new_tokens + 1)
 
     def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
         """Log-probs (every role), advantages (per role or over the team), then one PPO-clipped step per
@@ -336,7 +346,7 @@ class RayTrainer(TrainerBase):
         """``path/<role>/`` per role: its weights (a shared role's are its owner's; a frozen role's the base)."""
         self._ray.get([w.export.remote(str(path / role)) for role, ws in self.workers.items() for w in ws])
         for role in (r for r in self.roles if r not in self.workers):
-            shutil.copytree(self._model_path, path / role, dirs_exist_ok=True)
+            shutil.copytree(self.model_paths[role], path / role, dirs_exist_ok=True)
 
     def load_state(self, path: Path) -> None:
         self._ray.get([w.load.remote(str(path)) for w in self._ranks()])

@@ -10,7 +10,9 @@
 - ``lora[:RANK]``: its own LoRA adapter on one frozen base shared by every LoRA role (:mod:`baselines.lora`; on
   the distributed trainer the LoRA roles also share one vLLM engine, which serves each adapter per request, and
   one set of ranks, :mod:`baselines.lora_worker`);
-- ``full@MODEL`` (a role's own base model) is parsed and refused with the reason: not built yet.
+- ``full@MODEL``: its own full model, started from ``MODEL`` (a bundled key, a folder or a cached Hugging Face id)
+  instead of the team's ``model``; its tokenizer is its own (a role sharing its weights acts with it too). The
+  memory check sizes every role by the team's model.
 
 >>> parse_spec("shared:problem_solver")
 WeightSpec(kind='shared', of='problem_solver', rank=None, model=None)
@@ -75,8 +77,6 @@ def spec_problems(role_weights: Mapping[str, str], roles: Sequence[str], trainer
                 problems.append(
                     f"{role}=shared:{s.of}: {s.of} is {owner.kind}; share the weights of a 'full' or 'lora' role"
                 )
-        elif s.model:
-            problems.append(f"{role}=full@{s.model}: a role's own base model is not built yet (issue 18)")
     return problems
 
 
@@ -98,6 +98,16 @@ def effective_role_weights(cfg: Any, roles: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def role_models(specs: Mapping[str, WeightSpec], default: str) -> dict[str, str]:
+    """Each role's base model: its own (``full@MODEL``), its owner's for a ``shared`` role, else ``default``.
+
+    >>> role_models({"a": parse_spec("full@m2"), "b": parse_spec("shared:a"), "c": parse_spec("lora")}, "m1")
+    {'a': 'm2', 'b': 'm2', 'c': 'm1'}
+    """
+    own = {role: s.model or default for role, s in specs.items()}
+    return {role: own[s.of] if s.kind == "shared" and s.of in own else own[role] for role, s in specs.items()}
+
+
 def weight_groups(specs: Mapping[str, WeightSpec]) -> dict[str, list[str]]:
     """The trained weights: owner role (``full`` or ``lora``) -> the roles whose samples train them (itself first);
     frozen roles left out."""
@@ -115,6 +125,7 @@ __all__ = [
     "WeightSpec",
     "effective_role_weights",
     "parse_spec",
+    "role_models",
     "role_specs",
     "spec_problems",
     "weight_groups",

@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         ("generation", lambda: [bench_generation(32 if args.quick else 64)]),
         ("trainer", lambda: [bench_trainer()]),
         ("update", lambda: _training().bench_update(*((4, 2) if args.quick else (8, 2)))),
-        ("lora", lambda: _lora().bench_lora(*((2, 2) if args.quick else (4, 2)))),
+        ("lora", lambda: _lora().bench_lora(*((2, 2) if args.quick else (4, 2))) + _lora().bench_lora_engines()),
         ("rollout", lambda: _training().bench_rollout_and_sync(8 if args.quick else 16)),
         ("demo", lambda: [_training().bench_demo_iteration()]),
     ]

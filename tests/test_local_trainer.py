@@ -371,3 +371,26 @@ def test_three_lora_roles_each_train_their_own_adapter_on_one_base(tiny_model, t
         assert any(not torch.equal(now[n], start[n]) for n in start), f"{view.role}'s adapter did not train"
         assert all(p.requires_grad for p in view.parameters())  # still trainable after the reference passes
     assert all(torch.equal(p, base0[n]) for n, p in peft_model.named_parameters() if "lora_" not in n)
+
+
+@needs
+def test_a_role_on_its_own_base_model(tiny_model, tmp_path):
+    """`verifier=full@DIR` on the single-process trainer: the verifier learns from another model (a random Llama of
+    another shape), with its own tokenizer; the other roles stay on the team's model."""
+    from baselines.local_trainer import LocalTrainer
+    from baselines.models import random_llama
+
+    other = random_llama(tmp_path / "other", seed=1, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
+    cfg = _role_weights_cfg(tiny_model, tmp_path / "run", lr=1e-2, role_weights={"verifier": f"full@{other}"})
+    trainer = LocalTrainer(cfg)
+    sizes = {r: lr.model.config.hidden_size for r, lr in trainer.learners.items()}
+    assert sizes == {"problem_solver": 64, "code_executor": 64, "verifier": 128}
+    start = {k: v.clone() for k, v in trainer.learners["verifier"].model.state_dict().items()}
+    metrics = trainer.train()
+    trainer.close()
+    assert all(m["verifier"]["skipped"] == 0 for m in metrics)
+    after = trainer.learners["verifier"].model.state_dict()
+    assert any(not torch.equal(start[k], after[k]) for k in start)
+    exported = json.loads((tmp_path / "run" / "models" / "verifier" / "config.json").read_text())
+    assert exported["hidden_size"] == 128

@@ -410,3 +410,41 @@ def test_issue_18_acceptance_lora_shared_and_frozen(tmp_path):
     assert all(torch.allclose(rebuilt[k], solver[k], atol=1e-6) for k in solver)
     assert any(not torch.equal(solver[k], base[k]) for k in base)
     assert (out / "checkpoints" / "latest").exists() and list((out / "checkpoints").glob("iter-*/lora-*.pt"))
+
+
+def test_a_role_on_its_own_base_model(tmp_path):
+    """`--role-weights verifier=full@DIR`: the verifier's engine and ranks start from another model (here a random
+    Llama of another shape on the same tokenizer), and `code_executor=shared:verifier` acts and learns with it."""
+    from safetensors.torch import load_file
+
+    from baselines.models import random_llama
+
+    other = random_llama(tmp_path / "other", seed=1, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
+    out = tmp_path / "run"
+    args = [
+        "--coach",
+        COACH,
+        "--role-weights",
+        f"verifier=full@{other}",
+        "--role-weights",
+        "code_executor=shared:verifier",
+    ]
+    proc = _run(args, out)
+    try:
+        assert proc.wait(timeout=900) == 0, _log(out)
+    finally:
+        _kill_group(proc)
+    for m in [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]:
+        assert m["verifier"]["skipped"] == 0 and m["verifier"]["loss"] == m["code_executor"]["loss"]
+        assert m["problem_solver"]["skipped"] == 0
+    models = out / "models"
+    shapes = {
+        r: json.loads((models / r / "config.json").read_text())["hidden_size"]
+        for r in ("problem_solver", "verifier", "code_executor")
+    }
+    assert shapes == {"problem_solver": 64, "verifier": 128, "code_executor": 128}
+    start, trained = load_file(other / "model.safetensors"), load_file(models / "verifier" / "model.safetensors")
+    assert start.keys() <= trained.keys() and any(not torch.equal(start[k], trained[k]) for k in start)
+    coder = load_file(models / "code_executor" / "model.safetensors")
+    assert all(torch.equal(trained[k], coder[k]) for k in trained)
