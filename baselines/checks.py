@@ -262,7 +262,19 @@ def _check_role_weights(cfg: TrainConfig, roles: list[str] | None) -> Check:
     if problems:
         return Check("role weights", False, "; ".join(problems))
     specs = role_specs(effective_role_weights(cfg, roles), roles, cfg.trainer)
-    return Check("role weights", True, ", ".join(f"{r} {s.kind}{':' + s.of if s.of else ''}" for r, s in specs.items()))
+    missing = []
+    for role, s in specs.items():  # full@MODEL: the role's own model must be on disk too
+        try:
+            if s.model:
+                locate_model(s.model)
+        except FileNotFoundError as e:
+            missing.append(f"{role}=full@{s.model}: {e}")
+    if missing:
+        return Check("role weights", False, "; ".join(missing))
+    detail = ", ".join(
+        f"{r} {s.kind}{':' + s.of if s.of else ''}{'@' + s.model if s.model else ''}" for r, s in specs.items()
+    )
+    return Check("role weights", True, detail)
 
 
 def _check_placement(cfg: TrainConfig, roles: list[str] | None) -> Check:

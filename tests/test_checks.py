@@ -303,8 +303,7 @@ def test_role_weight_specs_are_checked():
         ({"a": "half"}, "local", "expected full, full@MODEL"),
         ({"a": "shared:a"}, "local", "another role"),
         ({"a": "frozen", "b": "shared:a"}, "local", "a is frozen"),
-        ({"a": "lora:8"}, "ray", "single-process trainer only"),
-        ({"a": "full@other-model"}, "local", "not built yet"),
+        ({"a": "shared:b", "b": "shared:c"}, "ray", "b is shared"),
     ):
         problems = spec_problems(weights, roles, trainer)
         assert any(why in p for p in problems), (weights, problems)
@@ -325,7 +324,9 @@ def test_role_weights_on_the_command_line(capsys):
     assert checks["role weights"].ok and "verifier frozen" in checks["role weights"].detail
     on_ray = dataclasses.replace(cfg, trainer="ray")  # frozen and shared run on both trainers
     assert {c.name: c for c in check_config(on_ray)}["role weights"].ok
-    lora = dataclasses.replace(on_ray, role_weights={"problem_solver": "lora"})
-    assert "single-process trainer only" in {c.name: c for c in check_config(lora)}["role weights"].detail
+    lora = dataclasses.replace(on_ray, role_weights={"problem_solver": "lora", "verifier": "full@tiny-random"})
+    assert {c.name: c for c in check_config(lora)}["role weights"].ok  # LoRA and own models: both trainers
+    nowhere = dataclasses.replace(on_ray, role_weights={"verifier": "full@/nonexistent/model"})
+    assert "verifier=full@/nonexistent/model" in {c.name: c for c in check_config(nowhere)}["role weights"].detail
     with pytest.raises(SystemExit, match="ROLE=SPEC"):
         train_command.train_config(cli.build_parser().parse_args(["train", "--role-weights", "verifier"]))
