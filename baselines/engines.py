@@ -179,7 +179,7 @@ class VLLMEngine:
             temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=0 if logprobs else None
         )
         outs = self.llm.generate(
-            [{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False, lora_request=self._lora(adapter)
+            [{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False, **self._lora(adapter)
         )
         replies = []
         for o in outs:
@@ -204,11 +204,13 @@ class VLLMEngine:
         self.weight_version += 1
         return time.perf_counter() - t0
 
-    def _lora(self, adapter: str | None):
-        """The request for ``adapter``'s latest weights; None (the base) for no adapter or for one never loaded: a
+    def _lora(self, adapter: str | None) -> dict[str, Any]:
+        """``generate``'s argument for ``adapter``'s latest weights; none (the base) for no adapter or for one never
+        loaded: a
         LoRA role's adapter starts as the identity (peft initialises ``lora_B`` to zeros), so before its first step
         the base *is* its policy."""
-        return self.adapters.get(adapter) if adapter else None
+        request = self.adapters.get(adapter) if adapter else None
+        return {"lora_request": request} if request is not None else {}
 
     def load_adapter(self, role: str, adapter: dict[str, Any]) -> float:
         """Serve ``role``'s requests with a new adapter (``{"config": peft's adapter_config, "tensors":``
@@ -258,9 +260,7 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
-        out = self.llm.generate(
-            [{"prompt_token_ids": prompt}], params, use_tqdm=False, lora_request=self._lora(adapter)
-        )[0]
+        out = self.llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False, **self._lora(adapter))[0]
         return [out.prompt_logprobs[i][tok].logprob for i, tok in enumerate(prompt) if i > 0]
 
 
