@@ -24,7 +24,7 @@ from .engines import VLLMEngine
 from .lora import DEFAULT_RANK
 from .lora_worker import LoraWorker, RoleHandle
 from .rendezvous import start_ranks
-from .role_weights import WeightSpec
+from .role_weights import WeightSpec, owners
 
 
 @dataclass
@@ -48,7 +48,7 @@ def actor_groups(roles: list[str], weights: dict[str, WeightSpec]) -> tuple[dict
     >>> actor_groups(list(specs), specs)
     ({'a': 'a', 'b': 'a', 'c': 'a', 'd': 'd'}, {'a': 8, 'c': 16})
     """
-    owner = {r: (s.of or r) if s.kind == "shared" else r for r, s in weights.items()}
+    owner = owners(weights)
     lora = {r: s.rank or DEFAULT_RANK for r, s in weights.items() if s.kind == "lora"}
     first = next(iter(lora), None)
     return {r: first if owner[r] in lora else owner[r] for r in roles}, lora
@@ -60,7 +60,7 @@ def start_actors(ray: Any, cfg: TrainConfig, roles: list[str], weights: dict[str
     when this returns (on GPU every actor takes an equal share of
     the GPUs; engines start one at a time there: vLLM profiles free memory at start-up)."""
     group, lora = actor_groups(roles, weights)
-    owner = {r: (s.of or r) if s.kind == "shared" else r for r, s in weights.items()}
+    owner = owners(weights)
     engine_groups = list(dict.fromkeys(group[r] for r in roles))
     trained = list(dict.fromkeys(group[r] for r in roles if weights[owner[r]].kind in ("full", "lora")))
     if device == "cuda":

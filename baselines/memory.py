@@ -335,7 +335,9 @@ def weight_counts(cfg: TrainConfig, n_roles: int) -> dict[str, int]:
     >>> weight_counts(TrainConfig(role_weights={"a": "lora", "b": "shared:a", "c": "frozen"}), 4)
     {'full': 1, 'frozen': 1, 'shared': 1, 'lora': 1}
     """
-    kinds = [text.split(":")[0].split("@")[0] for text in cfg.role_weights.values()]
+    from .role_weights import parse_spec
+
+    kinds = [parse_spec(text).kind for text in cfg.role_weights.values()]
     out = {k: kinds.count(k) for k in ("full", "frozen", "shared", "lora")}
     out["full"] += n_roles - len(kinds)
     if cfg.share_model:

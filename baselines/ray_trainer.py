@@ -39,7 +39,7 @@ from .distributed import plan_shards
 from .engines import VLLMPolicy
 from .loop import TrainerBase
 from .packing import mini_batches
-from .role_weights import role_models
+from .role_weights import owners, role_models
 from .samples import Sample, sample_rows
 
 
@@ -79,7 +79,7 @@ class RayTrainer(TrainerBase):
         self._ray = ray
         # whose weights each role acts with: a shared role its owner's (one engine, one set of ranks); a frozen role
         # its own engine and no ranks (it is never updated)
-        self.owner = {r: (s.of or r) if s.kind == "shared" else r for r, s in self.weights.items()}
+        self.owner = owners(self.weights)
         self._start_actors(cfg.resolved_engine_dtype())
         self._policies = self.eval_policies(cfg.temperature)
         self.sync_seconds: list[float] = []

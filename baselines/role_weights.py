@@ -98,6 +98,11 @@ def effective_role_weights(cfg: Any, roles: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def owners(specs: Mapping[str, WeightSpec]) -> dict[str, str]:
+    """Whose weights each role acts with: a ``shared`` role its owner's, every other role its own."""
+    return {r: (s.of or r) if s.kind == "shared" else r for r, s in specs.items()}
+
+
 def role_models(specs: Mapping[str, WeightSpec], default: str) -> dict[str, str]:
     """Each role's base model: its own (``full@MODEL``), its owner's for a ``shared`` role, else ``default``.
 
@@ -124,6 +129,7 @@ __all__ = [
     "KINDS",
     "WeightSpec",
     "effective_role_weights",
+    "owners",
     "parse_spec",
     "role_models",
     "role_specs",
