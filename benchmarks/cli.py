@@ -10,7 +10,7 @@ mappa ablate --preset smoke                  coach vs outcome-only vs GRPO on on
 mappa bench                                  the performance suite (every figure against a reference)
 mappa report coach-bias TRAJECTORIES         coach scores by role, task type and outcome
 mappa rescore RUN --coach SPEC --out DIR     re-score a run's stored episodes with another coach (resumable)
-mappa sandbox build|reap|serve               the sandbox image and service
+mappa sandbox build|reap|serve|check         the sandbox image and service, which backends run here
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,10 @@ def _sandboxfusion(**kwargs: Any) -> Sandbox:
     from .sandboxfusion_backend import SandboxFusionSandbox
 
     return SandboxFusionSandbox(**kwargs)
+
+
+class IsolationWarning(UserWarning):
+    """``sandbox="auto"`` found no isolating backend and fell back to plain subprocesses."""
 
 
 def auto_backend(**kwargs: Any) -> Sandbox:
@@ -63,7 +68,11 @@ def auto_backend(**kwargs: Any) -> Sandbox:
     except Exception as e:
         reasons.append(f"bubblewrap: {type(e).__name__}: {e}")
     warnings.warn(
-        "no isolating sandbox is available (" + "; ".join(reasons) + "): agent code runs in plain subprocesses",
+        "no isolating sandbox is available (" + "; ".join(reasons) + "): agent code runs in plain subprocesses, as "
+        "your user, with your files, network and processes within its reach (only rlimits and a timeout hold). "
+        "Install Docker and build the image (`python -m sandboxes build`), or bubblewrap and its rootfs "
+        "(`python -m sandboxes build --rootfs-only`); pass sandbox='subprocess' to choose this on purpose.",
+        IsolationWarning,
         stacklevel=2,
     )
     return SubprocessSandbox(**common)
@@ -87,8 +96,24 @@ def available_backends() -> list[str]:
     return sorted(_BACKENDS)
 
 
-def make_sandbox(spec: str | Sandbox = "subprocess", **kwargs: Any) -> Sandbox:
-    """Build a sandbox from a backend name (``"subprocess"``), or pass a ready instance through."""
+DEFAULT_BACKEND_VAR = "MAPPA_SANDBOX"
+"""The variable naming the backend used where none is given (an env's ``sandbox=None``, ``make_sandbox()``)."""
+
+
+def default_backend() -> str:
+    """The backend used where none is given: ``$MAPPA_SANDBOX`` when set (e.g. ``subprocess`` for a test suite whose
+    tests check the trainer, not the isolation), else ``"auto"``: the most isolating backend that works here."""
+    name = os.environ.get(DEFAULT_BACKEND_VAR, "").strip() or "auto"
+    if name not in _BACKENDS:
+        raise ValueError(f"{DEFAULT_BACKEND_VAR}={name!r} is not a sandbox backend; available: {available_backends()}")
+    return name
+
+
+def make_sandbox(spec: str | Sandbox | None = None, **kwargs: Any) -> Sandbox:
+    """Build a sandbox from a backend name (``"docker"``), or pass a ready instance through; None:
+    :func:`default_backend` (``"auto"`` unless ``$MAPPA_SANDBOX`` says otherwise)."""
+    if spec is None:
+        spec = default_backend()
     if isinstance(spec, Sandbox):
         if kwargs:
             raise TypeError("keyword arguments are only accepted with a backend name")
@@ -104,6 +129,7 @@ __all__ = [
     "ExecResult",
     "ExecStatus",
     "FileChange",
+    "IsolationWarning",
     "Limits",
     "Sandbox",
     "Session",
@@ -112,6 +138,7 @@ __all__ = [
     "auto_backend",
     "available_backends",
     "check_env",
+    "default_backend",
     "make_sandbox",
     "reap_workspaces",
     "register_backend",

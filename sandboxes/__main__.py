@@ -1,4 +1,6 @@
-"""`python -m sandboxes build [--force] [--mirror URL] [--tag TAG]` and `python -m sandboxes reap [--all]`.
+"""`python -m sandboxes build [--force] [--mirror URL] [--tag TAG]`, `python -m sandboxes reap [--all]` and
+`python -m sandboxes check` (which isolating backends run here; exit 1 when one that ``$MAPPA_REQUIRE_BACKENDS``
+or CI requires is missing: :mod:`sandboxes.check`).
 
 ``reap`` removes what crashed runs left: sandbox containers whose owner is gone (all of them with ``--all``) and
 session folders (workspaces) whose owner is gone (:func:`sandboxes.workspaces.reap_workspaces`: only folders that carry
@@ -25,7 +27,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m sandboxes") -> in
     v.add_argument("--backend", default="bubblewrap")
     v.add_argument("--host", default="127.0.0.1")
     v.add_argument("--port", type=int, default=8080)
+    sub.add_parser("check", help="which isolating backends run here; exit 1 if a required one is missing")
     args = ap.parse_args(argv)
+    if args.cmd == "check":
+        from .check import main as check_main
+
+        return check_main()
     if args.cmd == "serve":
         from . import make_sandbox
         from .fusion_server import make_server

@@ -3,8 +3,10 @@
 # - bubblewrap: the bwrap binary and the sandbox rootfs (debootstrap, offline from the host's Debian mirror);
 # - Docker: an engine (started here if none answers: no iptables, no bridge, since the sandbox containers have
 #   no network anyway) and the sandbox image, imported from that same rootfs.
-# Installing packages and starting dockerd needs root and apt. Whatever cannot be had is reported, and the
-# tests of that backend skip with the reason. Existing rootfs and image are reused, never rebuilt.
+# Installing packages and starting dockerd needs root and apt. Whatever cannot be had is reported; where the
+# backends are required ($MAPPA_REQUIRE_BACKENDS, or CI: see sandboxes/check.py) this script then fails, and so does
+# `make test`; elsewhere the tests of a missing backend skip, by name, with the reason. Existing rootfs and image are
+# reused, never rebuilt.
 set -uo pipefail
 PY="${1:-.venv/bin/python}"
 export DEBIAN_FRONTEND=noninteractive
@@ -38,6 +40,7 @@ fi
 if docker info >/dev/null 2>&1; then
   "$PY" -m sandboxes build >/dev/null || echo "sandbox_setup: building the Docker sandbox image failed"
 else
-  echo "sandbox_setup: no Docker engine could be started (see /tmp/mappa-dockerd.log); Docker tests will skip"
+  echo "sandbox_setup: no Docker engine could be started (see /tmp/mappa-dockerd.log)"
 fi
-exit 0
+# what runs here; exit 1 when a required backend is missing
+"$PY" -m sandboxes check

@@ -5,6 +5,24 @@ import pytest
 # Tests never reach model hubs.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Envs built without a sandbox argument run their code in plain subprocesses here: those tests check environments,
+# coaches and trainers, and a container per episode would triple the suite's time. The isolating backends have
+# their own tests (test_sandbox_*, every env on Docker and bubblewrap, the default's choice of Docker), and `.ci/run`
+# trains the smoke preset on the default (isolated) backend as users do. MAPPA_SANDBOX=docker runs all of it there.
+os.environ.setdefault("MAPPA_SANDBOX", "subprocess")
+
+
+def pytest_configure(config):
+    """Where the isolating backends are required (``$MAPPA_REQUIRE_BACKENDS``, or CI), a missing one fails the run
+    at once, with what is missing and how to install it: the isolation tests never skip unnoticed."""
+    from sandboxes.check import missing_required
+
+    missing = missing_required()
+    if missing:
+        pytest.exit(
+            "isolating sandbox backends required (MAPPA_REQUIRE_BACKENDS or CI) but missing:\n  " + "\n  ".join(missing),
+            returncode=3,
+        )
 
 
 @pytest.fixture

@@ -1,38 +1,37 @@
-"""What the tests share that is not a fixture: why a sandbox backend cannot run here (None when it can), and a coach
-that counts its calls."""
+"""What the tests share that is not a fixture: why a sandbox backend cannot run here (None when it can), parameters
+that skip by backend name, and a coach that counts its calls."""
 
 from __future__ import annotations
 
 
-def _docker_reason() -> str | None:
-    try:
-        from sandboxes.docker_backend import engine_available
-        from sandboxes.image import DEFAULT_IMAGE, image_exists
-    except Exception as e:  # the docker SDK is missing
-        return f"docker SDK unavailable: {e}"
-    if not engine_available():
-        return "no Docker engine could be reached (make test starts one where root and apt are available)"
-    if not image_exists(DEFAULT_IMAGE):
-        return f"sandbox image {DEFAULT_IMAGE} missing: python -m sandboxes build"
-    return None
+from sandboxes.check import bubblewrap_problem, docker_problem
+
+DOCKER_SKIP = docker_problem()
+"""Why the Docker backend's tests are skipped here, or None (an engine answers and the sandbox image exists). Where
+Docker is required (``$MAPPA_REQUIRE_BACKENDS``, CI) the suite fails at start instead (tests/conftest.py)."""
+BWRAP_SKIP = bubblewrap_problem()
+"""Why the bubblewrap backend's tests are skipped here, or None (bwrap, the sandbox rootfs and the seccomp filter
+exist). Required (``$MAPPA_REQUIRE_BACKENDS``, CI): the suite fails at start instead."""
+SKIPS = {"subprocess": None, "docker": DOCKER_SKIP, "bubblewrap": BWRAP_SKIP}
 
 
-def _bwrap_reason() -> str | None:
-    import shutil
+def backend_param(backend: str, *values, id: str | None = None):
+    """``pytest.param(*values or (backend,))`` that skips, by name and with the reason, where ``backend`` cannot run
+    (and carries the ``docker`` marker for Docker): a missing backend shows as a skipped case, never as a shorter
+    parameter list."""
+    import pytest
 
-    from sandboxes.image import rootfs_dir
-
-    if shutil.which("bwrap") is None:
-        return "bwrap not installed (apt-get install bubblewrap)"
-    if not (rootfs_dir() / "usr/bin/python3").exists():
-        return f"no sandbox rootfs at {rootfs_dir()}: python -m sandboxes build --rootfs-only"
-    return None
+    why = SKIPS[backend]
+    marks = [*([pytest.mark.docker] if backend == "docker" else []), pytest.mark.skipif(bool(why), reason=str(why))]
+    return pytest.param(*(values or (backend,)), id=id or backend, marks=marks)
 
 
-DOCKER_SKIP = _docker_reason()
-"""Why the Docker backend's tests are skipped here, or None (an engine answers and the sandbox image exists)."""
-BWRAP_SKIP = _bwrap_reason()
-"""Why the bubblewrap backend's tests are skipped here, or None (bwrap and the sandbox rootfs exist)."""
+def skip_unless(backend: str) -> None:
+    """Skip the running test, with the reason, where ``backend`` cannot run."""
+    import pytest
+
+    if SKIPS[backend]:
+        pytest.skip(SKIPS[backend])
 
 
 class CountingCoach:

@@ -16,7 +16,7 @@ import pytest
 
 from sandboxes import ExecStatus, Limits, make_sandbox
 
-from .support import BWRAP_SKIP, DOCKER_SKIP
+from .support import BWRAP_SKIP, DOCKER_SKIP, backend_param
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -735,8 +735,7 @@ if hold:
 """
 
 
-def _available_backends() -> list[str]:
-    return ["subprocess"] + (["bubblewrap"] if not BWRAP_SKIP else []) + (["docker"] if not DOCKER_SKIP else [])
+LEFTOVER_BACKENDS = [backend_param(b) for b in ("subprocess", "bubblewrap", "docker")]
 
 
 def _processes_mentioning(text: str) -> list[str]:
@@ -763,13 +762,13 @@ def private_tmp():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def _driver(tmpdir: Path, hold: bool):
+def _driver(tmpdir: Path, hold: bool, backend: str):
     import subprocess
     import sys
 
     quota = "16" if os.geteuid() == 0 else "0"  # quota mounts need root: then they are part of the test
     env = dict(os.environ, TMPDIR=str(tmpdir))
-    argv = [sys.executable, "-c", LEFTOVER_DRIVER, ",".join(_available_backends()), "hold" if hold else "exit", quota]
+    argv = [sys.executable, "-c", LEFTOVER_DRIVER, backend, "hold" if hold else "exit", quota]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
 
 
@@ -784,25 +783,27 @@ def _read_roots(proc) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_no_session_folder_left_after_close_and_exit(private_tmp):
-    proc = _driver(private_tmp, hold=False)
+@pytest.mark.parametrize("backend", LEFTOVER_BACKENDS)
+def test_no_session_folder_left_after_close_and_exit(private_tmp, backend):
+    proc = _driver(private_tmp, hold=False, backend=backend)
     roots = _read_roots(proc)
     assert proc.wait(timeout=120) == 0
-    assert len(roots) == 4 * len(_available_backends())
+    assert len(roots) == 4
     assert all(r.parent == private_tmp for r in roots), roots
     assert sorted(os.listdir(private_tmp)) == []  # closed ones at close, never-closed ones at exit
     assert _processes_mentioning(str(private_tmp)) == []
 
 
 @pytest.mark.slow
-def test_sigkilled_owner_leaves_nothing_after_reap(private_tmp):
+@pytest.mark.parametrize("backend", LEFTOVER_BACKENDS)
+def test_sigkilled_owner_leaves_nothing_after_reap(private_tmp, backend):
     import json
     import signal
 
     from sandboxes.__main__ import main as sandboxes_main
     from sandboxes.workspaces import OWNER_FILE, owner_record
 
-    proc = _driver(private_tmp, hold=True)
+    proc = _driver(private_tmp, hold=True, backend=backend)
     try:
         roots = _read_roots(proc)
     finally:
@@ -814,7 +815,7 @@ def test_sigkilled_owner_leaves_nothing_after_reap(private_tmp):
         time.sleep(0.2)
     assert _processes_mentioning(str(private_tmp)) == []
     left = [r for r in roots if r.exists()]
-    assert len(left) == 2 * len(_available_backends())  # the never-closed sessions: SIGKILL ran no clean-up
+    assert len(left) == 2  # the never-closed sessions: SIGKILL ran no clean-up
     # decoys the reaper must not touch: no marker, a live owner, another host's, a name without our prefix
     dead_here = {"pid": proc.pid, "start": 1.0, "host": socket.gethostname()}
     decoys = {
@@ -830,7 +831,7 @@ def test_sigkilled_owner_leaves_nothing_after_reap(private_tmp):
     assert sandboxes_main(["reap", "--tmpdir", str(private_tmp)]) == 0
     assert [r for r in roots if r.exists()] == []
     assert all((private_tmp / name / "workspace").exists() for name in decoys)
-    if not DOCKER_SKIP:
+    if backend == "docker":
         from sandboxes.docker_backend import LABEL, docker_client
 
         mine = [

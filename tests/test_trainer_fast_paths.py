@@ -27,11 +27,15 @@ def _worker_checks(queue) -> None:
     import torch
 
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import baselines.distributed
     from baselines.config import TrainConfig
     from baselines.distributed import RoleWorker
     from baselines.models import tiny_model_dir
     from baselines.samples import Sample
 
+    # Plain SGD, so that the step is lr x the gradient: AdamW's first step is lr x g / (|g| + eps), which turns
+    # float rounding in a gradient near zero (two equal computations summed in another order) into a visible gap.
+    baselines.distributed.adamw = lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -54,12 +58,13 @@ def _worker_checks(queue) -> None:
     out["lengths_ok"] = all(len(x) == len(s.response_ids) for (x, _), s in zip(lp, samples, strict=True))
     adv = [torch.full((len(s.response_ids),), 1.0 if i % 2 else -1.0) for i, s in enumerate(samples)]
     tokens = sum(len(s.response_ids) for s in samples)
-    a.train_step(samples, adv, [x for x, _ in lp], tokens, 3, cfg.lr)
+    a_stats = a.train_step(samples, adv, [x for x, _ in lp], tokens, 3, cfg.lr)
     b = RoleWorker("r", 0, 1, port, path, cfg)
     stats = b.train_step(samples, adv, None, tokens, 3, cfg.lr, behaviour_logp=[x for x, _ in lp])
     sa, sb = a.engine.module.state_dict(), b.engine.module.state_dict()
     out["moved"] = max(float((sa[k] - initial[k]).abs().max()) for k in initial)
     out["a_vs_b"] = max(float((sa[k] - sb[k]).abs().max()) for k in initial)
+    out["grad_norms"] = (a_stats["grad_norm"], stats["grad_norm"])
     out["gap"] = stats["rollout_logp_gap"]
     out["is_off"] = stats["is_weight_mean"]
     # truncated importance sampling: engine log-probs 0.1 above the trainer's -> every weight exp(-0.1)
@@ -178,8 +183,11 @@ def test_the_fast_paths_compute_what_the_slow_ones_did():
     proc.join(60)
     assert out["lengths_ok"]
     assert out["order_gap"] < 1e-5, out  # each sample's log-probs, wherever its length put it
-    assert out["moved"] > 1e-4, out  # the step moved the weights (lr 1e-3, no weight decay) ...
-    assert out["a_vs_b"] < 1e-6, out  # ... the same way with the step's own old log-probs as with a policy pass
+    assert out["moved"] > 1e-5, out  # the step moved the weights (SGD, lr 1e-3: a gradient of at least 0.01) ...
+    # ... the same way with the step's own old log-probs as with a policy pass: the same gradient (the ratio is 1 in
+    # both up to float rounding; wrong old log-probs would scale or clip it), so the same SGD step
+    assert abs(out["grad_norms"][0] - out["grad_norms"][1]) < 1e-5 * out["grad_norms"][1], out
+    assert out["a_vs_b"] < 1e-4 * out["moved"], out
     assert out["gap"] < 1e-5, out  # the behaviour log-probs given were this policy's: no gap
     assert out["packed_exact"] and out["packed_bf16"], out
     assert abs(out["is_off"] - 1.0) < 1e-9 and abs(out["is_on"] - math.exp(-0.1)) < 1e-4, out  # min(pi_t / pi_e, 2)

@@ -100,7 +100,8 @@ class PipelineEnv(AECEnv, abc.ABC):
     the workspace files it must write: the hand-over contract the rule-based coach checks); and, for evaluation,
     the classmethod ``heldout_kwargs`` (its held-out tasks); ``outcome_kind``: ``"answer"`` (an episode is right
     or wrong: evaluations report accuracy) or ``"graded"`` (its result has a quality in [0, 1]: success rate and
-    mean quality). ``grade`` returns the reward and the outcome (see ``trajectory.checked_outcome``)."""
+    mean quality). ``grade`` returns the reward and the outcome (see ``trajectory.checked_outcome``). ``sandbox``
+    None: :func:`sandboxes.default_backend` (isolated); the backend used is in each record's ``metadata["sandbox"]``."""
 
     metadata: dict[str, Any] = {
         "render_modes": ["human", "ansi"],
@@ -118,7 +119,7 @@ class PipelineEnv(AECEnv, abc.ABC):
         roles: Sequence[Role],
         tasks: Sequence[Task],
         *,
-        sandbox: str | Sandbox = "subprocess",
+        sandbox: str | Sandbox | None = None,
         sandbox_kwargs: Mapping[str, Any] | None = None,
         render_mode: str | None = None,
         max_action_chars: int = 16_000,
@@ -231,7 +232,7 @@ class PipelineEnv(AECEnv, abc.ABC):
             task=self.task.prompt,
             seed=seed,
             ground_truth=self.task.answer,
-            metadata=dict(self.task.metadata),
+            metadata={**self.task.metadata, "sandbox": self._sandbox.name},
         )
         self.on_episode_start(self.task)
 

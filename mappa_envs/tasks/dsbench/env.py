@@ -17,8 +17,9 @@ terminal infos      ``valid``, ``reason``, ``metric``, ``value``, ``baseline``, 
 ==================  ==================================================================================
 
 The submission is scored on the host from ``submission.csv`` only (:mod:`.scoring`): nothing an agent wrote is
-unpickled outside the sandbox. The sandbox is ``auto`` by default: Docker where an engine runs, else bubblewrap,
-else plain subprocesses (with a warning); the backend used is in ``record.metadata["sandbox"]``.
+unpickled outside the sandbox. The sandbox is ``auto`` by default (unless ``$MAPPA_SANDBOX`` names another): Docker
+where an engine runs, else bubblewrap, else plain subprocesses (with a warning); the backend used is in
+``record.metadata["sandbox"]``.
 
 Arguments: ``suite`` (``lite``: the bundled DSBench-lite, built on first use; ``dsbench``: the original DSBench
 data, which needs ``data_dir``), ``split`` (``train``, ``eval`` or ``all``), ``task_ids`` (a subset),
@@ -95,7 +96,7 @@ class DSBenchEnv(PipelineEnv):
         reward: str = "quality",
         prompt_style: str = "cleaned",
         role_prompts: str = "paper",
-        sandbox: str | Sandbox = "auto",
+        sandbox: str | Sandbox | None = None,
         sandbox_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ):
@@ -121,7 +122,7 @@ class DSBenchEnv(PipelineEnv):
             ds = [by_id[i] for i in task_ids]
         self.suite, self.split, self.reward_kind, self.role_prompts = suite, split, reward, role_prompts
         self.ds_tasks: dict[str, DSTask] = {t.id: t for t in ds}
-        if isinstance(sandbox, str):
+        if sandbox is None or isinstance(sandbox, str):
             sandbox_kwargs = {"limits": DEFAULT_LIMITS, **(sandbox_kwargs or {})}
         super().__init__(
             dsbench_roles(turns, role_prompts),
@@ -166,7 +167,6 @@ class DSBenchEnv(PipelineEnv):
             self.session.write_file(name, data)
             written[name] = len(data)
         self.record.metadata["workspace_files"] = written
-        self.record.metadata["sandbox"] = self._sandbox.name
 
     def grade(self, task: Task, record: EpisodeRecord) -> tuple[float, dict[str, Any]]:
         ds = self.ds_tasks[task.id]
