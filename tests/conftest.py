@@ -19,10 +19,8 @@ def pytest_configure(config):
 
     missing = missing_required()
     if missing:
-        pytest.exit(
-            "isolating sandbox backends required (MAPPA_REQUIRE_BACKENDS or CI) but missing:\n  " + "\n  ".join(missing),
-            returncode=3,
-        )
+        why = "isolating sandbox backends required (MAPPA_REQUIRE_BACKENDS or CI) but missing:\n  "
+        pytest.exit(why + "\n  ".join(missing), returncode=3)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ that skip by backend name, and a coach that counts its calls."""
 
 from __future__ import annotations
 
-
 from sandboxes.check import bubblewrap_problem, docker_problem
 
 DOCKER_SKIP = docker_problem()

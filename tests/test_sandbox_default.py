@@ -107,5 +107,6 @@ def test_the_suite_stops_at_once_when_a_required_backend_is_missing(tmp_path):
     r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 3, r.stdout + r.stderr
     assert "bwrap not installed" in r.stdout + r.stderr and "passed" not in r.stdout
-    check = subprocess.run([sys.executable, "-m", "sandboxes", "check"], cwd=root, env=env, capture_output=True, text=True)
+    check = [sys.executable, "-m", "sandboxes", "check"]
+    check = subprocess.run(check, cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert check.returncode == 1 and "bubblewrap: bwrap not installed" in check.stdout, check.stdout

@@ -13,8 +13,8 @@ terminal infos      ``predicted`` (str or None), ``answer``, ``correct`` (bool)
 ==================  ==================================================================================
 
 Arguments: ``split`` (see :mod:`mappa_envs.tasks.mathchat.data`), or ``tasks`` (a list of ``Task`` or dicts with
-``prompt`` and ``answer``), or ``data_file`` (JSON list / JSON lines); ``sandbox`` (backend name or instance; ``"auto"``,
-the default, is Docker, else bubblewrap, else plain subprocesses with a warning);
+``prompt`` and ``answer``), or ``data_file`` (JSON list / JSON lines); ``sandbox`` (backend name or instance;
+default ``"auto"``: Docker, else bubblewrap, else plain subprocesses with a warning);
 ``code_executor_turns``; ``prompt_style`` (``"paper"``, the default: the paper's prompts, for AIME/AMC; ``"small"``:
 one worked example per role, for small models, with ``arith1-*``); the text limits of
 :class:`~mappa_envs.core.PipelineEnv`.
