@@ -12,7 +12,8 @@ It listens on a Unix socket and serves one connection. Each request is a JSON li
 
 answered first by ``{"started": true}`` (sent before the block is forked), then by a JSON line with
 ``exit_code`` (negative: killed by that signal), ``timed_out``, ``stdout``, ``stderr`` (head and tail kept, with a
-marker), ``stdout_truncated``, ``stderr_truncated``.
+marker), ``stdout_truncated``, ``stderr_truncated`` and ``oom_kills`` (the memory group's count of OOM kills before
+and after the block, read from the request's ``oom_files`` where one is readable, else null).
 
 The worker dies with the host: on the host it asks for a parent-death signal, and it stops serving when the host's
 connection closes.
@@ -82,14 +83,13 @@ def child(req, workspace, w_out, w_err):
             # the budget is on top of what the preloaded worker already maps
             with open("/proc/self/statm") as f:
                 base = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-            lim = base + int(req["memory_bytes"])
-            resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
+            limit(resource.RLIMIT_AS, base + int(req["memory_bytes"]))
         if req.get("fsize_bytes"):
-            resource.setrlimit(resource.RLIMIT_FSIZE, (req["fsize_bytes"], req["fsize_bytes"]))
+            limit(resource.RLIMIT_FSIZE, req["fsize_bytes"])
         if req.get("nproc"):
-            resource.setrlimit(resource.RLIMIT_NPROC, (req["nproc"], req["nproc"]))
+            limit(resource.RLIMIT_NPROC, req["nproc"])
         if req.get("nofile"):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (req["nofile"], req["nofile"]))
+            limit(resource.RLIMIT_NOFILE, req["nofile"])
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         try:
             with open("/proc/self/oom_score_adj", "w") as f:
@@ -217,6 +217,30 @@ def kill_everyone_else():
             break
 
 
+def limit(res, value):
+    """Set rlimit ``res`` to ``value``, soft and hard, never above the hard limit the worker inherited (the host
+    refused requests over it when the sandbox was made)."""
+    import resource
+
+    hard = resource.getrlimit(res)[1]
+    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(res, (value, value))
+
+
+def oom_kills(paths):
+    """The memory group's count of OOM kills (the ``oom_kill`` line of the first readable of ``paths``), or None."""
+    for path in paths or ():
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            pass
+    return None
+
+
 def set_dumpable(on):
     try:
         import ctypes
@@ -263,7 +287,10 @@ def main():
         stream.write(b'{"started": true}\n')  # before the fork: a block never acknowledged never ran
         stream.flush()
         try:
-            reply = run(json.loads(line), workspace, kill_all)
+            req = json.loads(line)
+            before = oom_kills(req.get("oom_files"))
+            reply = run(req, workspace, kill_all)
+            reply["oom_kills"] = [before, oom_kills(req.get("oom_files"))]
         except Exception as e:
             reply = {"worker_error": f"{type(e).__name__}: {e}"}
         stream.write(json.dumps(reply).encode() + b"\n")

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cgroups as _cgroups
-from .base import ExecResult, ExecStatus, Limits
+from .base import Limits
 from .subprocess_backend import CHILD_ENV, ProcessSandbox, ProcessSession
 from .syscall_filter import program_fd, seccomp_program
 from .warm import DEFAULT_PRELOAD
@@ -54,6 +54,8 @@ INFO_TIMEOUT_S = 10.0
 
 class BubblewrapSession(ProcessSession):
     kill_all_after_block = True
+    sets_nproc = True
+    launcher_is_init = True
 
     def __init__(self, sandbox: BubblewrapSandbox, workspace=None, keep_workspace=False):
         super().__init__(sandbox, workspace, keep_workspace)
@@ -86,12 +88,11 @@ class BubblewrapSession(ProcessSession):
     def python_inside(self) -> str:
         return "/usr/bin/python3"
 
-    def nproc(self) -> int:
-        return self.sandbox.limits.pids
-
     def wrap(self, argv: list[str]) -> list[str]:
         sb: BubblewrapSandbox = self.sandbox  # type: ignore[assignment]
         cmd = [sb.bwrap, "--unshare-all", *sb.userns_opts, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        # no init of bwrap's (dumpable, of the sandbox's uid: a block could write its memory): our launcher is PID 1
+        cmd += ["--as-pid-1"]
         cmd += ["--ro-bind", str(sb.rootfs), "/"]
         cmd += ["--bind", str(self.workspace), "/workspace"]
         cmd += ["--ro-bind", str(self._code_dir), "/mappa/code", "--bind", str(self._ipc_dir), "/mappa/ipc"]
@@ -128,7 +129,8 @@ class BubblewrapSession(ProcessSession):
                 child_fds.append(block_r)
                 opts += ["--info-fd", str(info_w), "--block-fd", str(block_r)]
             cmd[1:1] = opts
-            proc = popen(cmd, pass_fds=tuple(child_fds), **kwargs, **self.popen_kwargs())
+            pass_fds = (*child_fds, *kwargs.pop("pass_fds", ()))
+            proc = popen(cmd, pass_fds=pass_fds, **kwargs, **self.popen_kwargs())
         except BaseException:
             for fd in (info_r, block_w):
                 if fd >= 0:
@@ -163,16 +165,9 @@ class BubblewrapSession(ProcessSession):
             os.close(block_w)
         return proc
 
-    def run(self, code: str, *, timeout_s: float | None = None, env=None) -> ExecResult:
-        kills = self.cgroup.oom_kills() if self.cgroup is not None else 0
-        r = super().run(code, timeout_s=timeout_s, env=env)
-        failed = r.status not in (ExecStatus.OK, ExecStatus.TIMEOUT, ExecStatus.OOM)
-        if failed and self.cgroup is not None and self.cgroup.oom_kills() > kills:
-            # the group's memory limit was reached and the kernel killed a process of the sandbox (in fresh mode,
-            # bwrap reports that as exit status 137, not as a signal; in warm mode it may have been the worker)
-            r.status = ExecStatus.OOM
-            r.error = "memory limit of the sandbox reached: the kernel's OOM killer killed a process"
-        return r
+    def oom_kills(self) -> int | None:
+        """The session's cgroup's count, where it has one; else the machine's (per-process limits only)."""
+        return self.cgroup.oom_kills() if self.cgroup is not None else super().oom_kills()
 
     def _close_backend(self) -> None:
         try:

@@ -6,13 +6,18 @@ Each session starts a container from the sandbox image (see :mod:`sandboxes.imag
 - memory (swap included), CPU and pids limits (cgroups: for the container as a whole), a per-file size limit and
   an open-files limit (per process), no core dumps;
 - the engine's default seccomp profile (``ptrace``, ``mount``, ``unshare``, ``keyctl``, ``bpf``... fail with EPERM),
-  all capabilities dropped and ``no-new-privileges``; the executed code runs as an unprivileged user
-  (uid 65534) while PID 1 (docker's init) belongs to root, so a clean-up can kill every process of that user;
+  all capabilities dropped and ``no-new-privileges``; the executed code runs as an unprivileged user (uid 65534
+  when the host runs as root; a non-root host's own uid and gid, so that it can read and remove whatever the code
+  leaves in the workspace) while PID 1 (docker's init) belongs to root, so a clean-up can kill every process of that
+  user;
 - the episode workspace bind-mounted read-write at ``/workspace`` and the code cells read-only at ``/mappa/code``;
 - an environment of a few fixed variables: nothing from the host.
 
-Each execution runs ``timeout -s KILL <t> python3 -I -u cell.py`` through ``docker exec`` and then kills any process
-the code left behind. If the engine stops answering within the timeout plus a grace period, the container is
+Each execution runs ``python3 -I -u cell.py`` through ``docker exec``; the host keeps the time: at the timeout it kills
+every process of the code's user (no process of the code's uid in the container enforces a limit, which the code
+could stop or whose memory it could write), and after each execution it kills any process the code left behind. A
+SIGKILL is reported as the memory limit only when the container's memory group counted an OOM kill meanwhile. If
+the engine (or the kill) does not end the execution within the timeout plus a grace period, the container is
 recreated; the workspace (a host folder) survives. Containers carry the label ``mappa.sandbox`` and are removed at
 session close, at interpreter exit, and by :func:`reap` (run when a sandbox is created) for leftovers of
 crashed runs.
@@ -29,7 +34,7 @@ import time
 import weakref
 from typing import Any
 
-from .base import ExecResult, Limits, Sandbox, Session, check_env
+from .base import ExecResult, ExecStatus, Limits, Sandbox, Session, check_env
 from .docker_client import docker_client
 from .files import snapshot
 from .image import DEFAULT_IMAGE
@@ -41,7 +46,10 @@ from .workspaces import process_start as _process_start
 
 LABEL = "mappa.sandbox"
 SANDBOX_UID = 65534
+"""The uid (and gid) the code runs as when the host runs as root; a non-root host's code runs as the host's user."""
 GRACE_S = 5.0
+OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+"""The container's memory group's count of OOM kills (``oom_kill``), as the container sees it (cgroup v2, v1)."""
 
 _CHILD_ENV = dict(CHILD_ENV, HOME="/workspace", TMPDIR="/tmp")
 
@@ -96,13 +104,19 @@ class DockerSession(Session):
         self._start_container()
         _live_sessions.add(self)
 
+    @property
+    def user(self) -> str:
+        """``uid:gid`` of the executed code: :data:`SANDBOX_UID` for a root host, else the host's own user (files the
+        code makes are then the host user's to read and remove, whatever their modes)."""
+        if os.geteuid() == 0:
+            return f"{SANDBOX_UID}:{SANDBOX_UID}"
+        return f"{os.geteuid()}:{os.getegid()}"
+
     def _prepare_workspace(self) -> None:
-        # The code runs as SANDBOX_UID: it must own the workspace to write there.
-        for path in (self.workspace, self._ipc_dir):
-            if os.geteuid() == 0:
+        # A root host hands the folders the code writes to SANDBOX_UID; a non-root host's code runs as its own user.
+        if os.geteuid() == 0:
+            for path in (self.workspace, self._ipc_dir):
                 os.chown(path, SANDBOX_UID, SANDBOX_UID)
-            else:
-                os.chmod(path, 0o777)
 
     def _start_container(self) -> None:
         sb: DockerSandbox = self.sandbox  # type: ignore[assignment]
@@ -111,6 +125,7 @@ class DockerSession(Session):
         lim = sb.limits
         mem = f"{lim.memory_mb}m"
         fsize = lim.file_size_mb * 1024 * 1024
+        self._oom_kills: int | None = 0  # a new memory group: no OOM kill yet
         self.container = sb.client.containers.run(
             sb.image,
             command=["sleep", "infinity"],
@@ -151,6 +166,17 @@ class DockerSession(Session):
         self, cmd: list[str], user: str, limit: int, deadline: float | None, env: dict[str, str] | None = None
     ) -> tuple[int | None, Any, Any]:
         """Run ``cmd`` in the container; returns (exit code, stdout cap, stderr cap). None exit code: no answer."""
+        exec_id, out, err, done = self._start_exec(cmd, user, limit, env)
+        finished = done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if not finished:
+            return None, out, err
+        return self.sandbox.client.api.exec_inspect(exec_id).get("ExitCode"), out, err  # type: ignore[attr-defined]
+
+    def _start_exec(
+        self, cmd: list[str], user: str, limit: int, env: dict[str, str] | None = None
+    ) -> tuple[str, OutputCap, OutputCap, threading.Event]:
+        """Start ``cmd`` in the container: (exec id, stdout cap, stderr cap, an event set when the exec's output
+        ends)."""
         api = self.sandbox.client.api  # type: ignore[attr-defined]
         environment = {**_CHILD_ENV, **(env or {})}
         exec_id = api.exec_create(self.container.id, cmd, user=user, workdir="/workspace", environment=environment)
@@ -169,19 +195,30 @@ class DockerSession(Session):
             finally:
                 done.set()
 
-        t = threading.Thread(target=pump, daemon=True)
-        t.start()
-        finished = done.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        if not finished:
-            return None, out, err
-        return api.exec_inspect(exec_id).get("ExitCode"), out, err
+        threading.Thread(target=pump, daemon=True).start()
+        return exec_id, out, err, done
 
     def _kill_leftovers(self) -> None:
-        # `kill -9 -1` as the sandbox user kills every process of that user except itself; PID 1 is root's.
+        """Kill every process of the code's user and read the memory group's count of OOM kills (kept in
+        ``_oom_kills``; None where it cannot be read)."""
+        # `kill -9 -1` as the code's user kills every process of that user except itself; PID 1 is root's.
+        read = " ".join(OOM_FILES)
+        cmd = ["sh", "-c", f"kill -9 -1 2>/dev/null; cat {read} 2>/dev/null; true"]
         try:
-            self._exec(["sh", "-c", "kill -9 -1 2>/dev/null; true"], str(SANDBOX_UID), 1024, time.monotonic() + 10)
+            code, out, _ = self._exec(cmd, self.user, 4096, time.monotonic() + 10)
         except Exception:
-            pass
+            code = None
+        self._oom_kills = None
+        if code is not None:
+            for line in out.text()[0].splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    self._oom_kills = int(value)
+                    break
+
+    def _oom_killed(self, before: int | None) -> bool | None:
+        """Whether the memory group counted an OOM kill since it counted ``before``; None when unknown."""
+        return None if before is None or self._oom_kills is None else self._oom_kills > before
 
     def run(self, code: str, *, timeout_s: float | None = None, env=None) -> ExecResult:
         if self.closed:
@@ -197,21 +234,41 @@ class DockerSession(Session):
         start = time.monotonic()
         if sb.mode == "warm":
             return self._run_warm(name, timeout, before, start, extra)
-        cmd = ["timeout", "-s", "KILL", f"{timeout:g}", "python3", "-I", "-u", f"/mappa/code/{name}"]
-        deadline = start + timeout + GRACE_S
-        exit_code, out, err = self._exec(cmd, str(SANDBOX_UID), sb.limits.output_bytes, deadline, extra)
-        duration = time.monotonic() - start
-        engine_lost = exit_code is None
-        if engine_lost:
-            # The engine did not answer in time: recreate the container; the workspace is a host folder and stays.
-            self._restart_container()
-        else:
+        kills = self._oom_kills  # nothing of the code's runs between executions: the count is the one read last
+        cmd = ["python3", "-I", "-u", f"/mappa/code/{name}"]
+        exec_id, out, err, done = self._start_exec(cmd, self.user, sb.limits.output_bytes, extra)
+        # The host keeps the time: at the timeout every process of the code's user is killed, and the execution
+        # gets a grace period to end. Without an end by then (an engine that no longer answers), the container is
+        # recreated.
+        timed_out = killed = False
+        if not done.wait(max(0.0, start + timeout - time.monotonic())):
+            # the output can outlast the code (a background process holds it; the engine drains it for up to 2 s):
+            # a timeout only if the code's process still runs
+            try:
+                timed_out = sb.client.api.exec_inspect(exec_id).get("ExitCode") is None
+            except Exception:
+                timed_out = True
             self._kill_leftovers()
+            killed = True
+        ended = done.wait(GRACE_S)
+        duration = time.monotonic() - start
+        exit_code = None
+        if ended:
+            try:
+                exit_code = sb.client.api.exec_inspect(exec_id).get("ExitCode")
+            except Exception:
+                exit_code = None
+        engine_lost = exit_code is None
+        if not killed and not engine_lost:
+            self._kill_leftovers()
+        oom = None if engine_lost else self._oom_killed(kills)
+        if engine_lost:
+            # No end in time: recreate the container; the workspace is a host folder and stays.
+            self._restart_container()
         out_text, err_text = out.text(), err.text()
-        # `timeout -s KILL` exits 137 on timeout, like a kill by the kernel's OOM killer: the elapsed time tells.
-        timed_out = engine_lost or exit_code == 124 or (exit_code == 137 and duration >= 0.98 * timeout)
+        # docker reports a process killed by a signal as 128 + its number; 137 is SIGKILL (or an exit(137))
         status, message = classify(
-            None if timed_out else (-9 if exit_code == 137 else exit_code), err_text[0], timed_out
+            -9 if exit_code == 137 else exit_code, err_text[0], timed_out or engine_lost, oom_killed=oom
         )
         if engine_lost:
             message = "no answer from the container in time; it was recreated (workspace kept)"
@@ -224,7 +281,7 @@ class DockerSession(Session):
         cmd = ["python3", "-I", "-u", "/mappa/code/_worker.py", "/mappa/ipc/worker.sock", "/workspace"]
         cmd += [",".join(sb.preload), "1"]
         api = sb.client.api
-        exec_id = api.exec_create(self.container.id, cmd, user=str(SANDBOX_UID), workdir="/workspace")
+        exec_id = api.exec_create(self.container.id, cmd, user=self.user, workdir="/workspace")
         api.exec_start(exec_id, detach=True)
         # stopping the worker: kill every process of the sandbox user
         return self._kill_leftovers, lambda: bool(api.exec_inspect(exec_id).get("Running"))
@@ -233,14 +290,19 @@ class DockerSession(Session):
         sb: DockerSandbox = self.sandbox  # type: ignore[assignment]
         if self._worker is None:
             self._worker = WarmWorker(self._ipc_dir / "worker.sock", self._launch_worker)
-        exit_code, timed_out, out, err, message, lost = run_block(
-            self._worker, f"/mappa/code/{name}", sb.limits, timeout, 0, GRACE_S, env=env
-        )
-        if exit_code is None:  # the worker did not answer: start from a fresh container (workspace kept)
-            self._restart_container()
-        status, msg = classify(exit_code, err[0], timed_out, worker_lost=lost)
+        kills = self._oom_kills
+        o = run_block(self._worker, f"/mappa/code/{name}", sb.limits, timeout, 0, GRACE_S, env=env, oom_files=OOM_FILES)
+        if o.exit_code is None:
+            # no reply: the worker was stopped (which killed every process of the code's user and read the count)
+            oom = self._oom_killed(kills)
+            self._restart_container()  # start from a fresh container (workspace kept)
+        else:
+            oom = o.oom_killed
+            self._oom_kills = o.oom_kills  # the worker kills what the block left: nothing runs until the next one
+        status, msg = classify(o.exit_code, o.err[0], o.timed_out, worker_lost=o.worker_lost, oom_killed=oom)
+        message = None if status == ExecStatus.OOM else o.message
         duration = time.monotonic() - start
-        return self.result(status, exit_code, out, err, duration, before, f"{sb.name}/warm", message or msg)
+        return self.result(status, o.exit_code, o.out, o.err, duration, before, f"{sb.name}/warm", message or msg)
 
     def _restart_container(self) -> None:
         self._remove_container()

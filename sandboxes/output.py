@@ -52,13 +52,22 @@ def join_head_tail(head: bytes, tail: bytes, total: int) -> tuple[str, bool]:
 
 
 def classify(
-    exit_code: int | None, stderr: str, timed_out: bool, worker_lost: bool = False
+    exit_code: int | None, stderr: str, timed_out: bool, worker_lost: bool = False, oom_killed: bool | None = None
 ) -> tuple[ExecStatus, str | None]:
-    """Map a finished process to a status and a backend message (``worker_lost``: there was no result at all)."""
+    """Map a finished process to a status and a backend message (``worker_lost``: there was no result at all).
+
+    ``oom_killed`` says whether the kernel's OOM killer killed a process of the sandbox during the execution (its
+    cgroup's count of OOM kills rose), None where the backend cannot tell. A process that failed while the count rose
+    is ``oom``; one killed by SIGKILL while it did not is an ``error``; with no count, a SIGKILL is taken for the
+    memory limit, its most likely cause.
+    """
+    if timed_out and not worker_lost:
+        return ExecStatus.TIMEOUT, "execution timed out and was killed"
+    if oom_killed and (worker_lost or exit_code != 0):
+        # in a warm sandbox the killed process may have been the worker: the block then has no result
+        return ExecStatus.OOM, "memory limit of the sandbox reached: the kernel's OOM killer killed a process"
     if worker_lost:
         return ExecStatus.WORKER_LOST, "the warm worker was lost; the block has no result"
-    if timed_out:
-        return ExecStatus.TIMEOUT, "execution timed out and was killed"
     tail = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     if "MemoryError" in tail or "Unable to allocate" in tail:
         return ExecStatus.OOM, "memory limit reached"
@@ -67,7 +76,9 @@ def classify(
     if exit_code is not None and exit_code < 0:
         sig = -exit_code
         if sig == signal.SIGKILL:
-            return ExecStatus.OOM, "killed (SIGKILL), most likely by the memory limit"
+            if oom_killed is None:
+                return ExecStatus.OOM, "killed (SIGKILL), most likely by the memory limit"
+            return ExecStatus.ERROR, "killed by SIGKILL (not by the memory limit: the sandbox had no OOM kill)"
         if sig == signal.SIGXCPU:
             return ExecStatus.TIMEOUT, "CPU-time limit reached"
         if sig == signal.SIGXFSZ:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import ExecResult, Limits, Sandbox, Session, check_env
+from .base import ExecResult, ExecStatus, Limits, Sandbox, Session, check_env
 from .files import snapshot
 from .output import OutputCap, classify
 from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block, spawn
@@ -30,22 +30,84 @@ from .warm import DEFAULT_PRELOAD, WORKER_SOURCE, WarmWorker, run_block, spawn
 MODES = ("fresh", "warm")
 GRACE_S = 5.0
 
-# Runs in the child before the agent's code: set rlimits, then exec the real interpreter (limits survive exec).
-# Doing this in the child instead of ``preexec_fn`` keeps Popen safe when the host process has threads.
+# Runs first in the child, and stays between the host and the block (or the warm worker), so that the block's parent
+# is never the host program: a block that stops or kills its parent stops or kills this throwaway process. It makes
+# itself non-dumpable (a block of the same uid can then neither trace it nor write its memory through
+# /proc/<pid>/mem, which no system-call filter sees), forks the block, which sets its rlimits and execs the real
+# interpreter (limits survive exec; doing this in a child of ours instead of Popen's ``preexec_fn`` keeps Popen safe
+# when the host process has threads), reaps every process that becomes its child (it is PID 1 of a bubblewrap
+# sandbox), and writes the block's wait status to the host's pipe ``status_fd`` (an exit code cannot tell a signal
+# from ``exit(128 + n)``) before it exits. Limits of 0 are not set; none is set above the hard limit it inherits
+# (:func:`check_rlimits` refused those the host cannot grant when the sandbox was made; a per-run timeout may still
+# ask for more CPU time than a host allows, and gets the host's limit).
 _LAUNCHER = """\
-import json, os, resource, sys
-mem, cpu, fsize, nproc, nofile = (int(a) for a in sys.argv[1:6])
-script, python, env_file = sys.argv[6], sys.argv[7], sys.argv[8]
-if env_file:
-    with open(env_file, encoding="utf-8") as f: os.environ.update(json.load(f))
-if mem: resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-if nproc: resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-if nofile: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-os.execv(python, [python, "-I", "-u", script])
+import ctypes, json, os, resource, sys
+mem, cpu, fsize, nproc, nofile, status_fd = (int(a) for a in sys.argv[1:7])
+env_file, argv = sys.argv[7], sys.argv[8:]
+try:
+    sealed = ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+except (OSError, AttributeError):
+    sealed = False
+if not sealed and sys.platform.startswith("linux"):
+    raise SystemExit("launcher: could not make itself non-dumpable (prctl)")
+def limit(res, soft, hard):
+    cap = resource.getrlimit(res)[1]
+    if cap != resource.RLIM_INFINITY:
+        soft, hard = min(soft, cap), min(hard, cap)
+    resource.setrlimit(res, (soft, hard))
+pid = os.fork()
+if pid == 0:
+    try:
+        if status_fd >= 0:
+            os.close(status_fd)
+        if env_file:
+            with open(env_file, encoding="utf-8") as f: os.environ.update(json.load(f))
+        if mem: limit(resource.RLIMIT_AS, mem, mem)
+        if cpu: limit(resource.RLIMIT_CPU, cpu, cpu + 1)
+        if fsize: limit(resource.RLIMIT_FSIZE, fsize, fsize)
+        if nproc: limit(resource.RLIMIT_NPROC, nproc, nproc)
+        if nofile: limit(resource.RLIMIT_NOFILE, nofile, nofile)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.execv(argv[0], argv)
+    except BaseException as e:
+        print(f"launcher: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    os._exit(127)
+while True:
+    done, status = os.waitpid(-1, 0)
+    if done == pid:
+        break
+if status_fd >= 0:
+    os.write(status_fd, str(status).encode())
+code = os.waitstatus_to_exitcode(status)
+os._exit(128 - code if code < 0 else code)
 """
+
+
+def check_rlimits(limits: Limits, nproc: bool = False) -> None:
+    """Refuse :class:`Limits` whose rlimits this process could not set in a child: each must be within the
+    process's hard limit, which an unprivileged process cannot raise. Otherwise every block would fail; this says
+    once, on the host, which limit and what to change. ``nproc``: ``pids`` is set as ``RLIMIT_NPROC`` too."""
+    import resource
+
+    mb = 1024 * 1024
+    rows = [  # field, rlimit, value asked for, rlimit units per field unit, ulimit option, rlimit units per ulimit unit
+        ("memory_mb", "RLIMIT_AS", limits.memory_mb * mb, mb, "v", 1024),
+        ("timeout_s", "RLIMIT_CPU", max(1, int(limits.timeout_s) + 1), 1, "t", 1),
+        ("file_size_mb", "RLIMIT_FSIZE", limits.file_size_mb * mb, mb, "f", 1024),
+        ("nofile", "RLIMIT_NOFILE", limits.nofile, 1, "n", 1),
+    ]
+    if nproc:
+        rows.append(("pids", "RLIMIT_NPROC", limits.pids, 1, "u", 1))
+    for field, name, value, per_field, option, per_option in rows:
+        hard = resource.getrlimit(getattr(resource, name))[1]
+        if value and hard != resource.RLIM_INFINITY and value > hard:
+            most = hard // per_field - (1 if name == "RLIMIT_CPU" else 0)  # RLIMIT_CPU is the timeout plus 1 s
+            raise RuntimeError(
+                f"Limits({field}={getattr(limits, field)}) needs {name} {value}, over this host's hard limit {hard}: "
+                f"raise the hard limit of the process that makes the sandbox (`ulimit -H{option} "
+                f"{-(-value // per_option)}` as root, or limits.conf), or ask for at most Limits({field}={most})"
+            )
+
 
 CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -84,6 +146,13 @@ class ProcessSession(Session):
 
     kill_all_after_block = False
     """Whether the warm worker may kill every other process of its user (only inside a PID namespace)."""
+    sets_nproc = False
+    """Whether ``Limits.pids`` is set as ``RLIMIT_NPROC`` (it counts every process of the user: only where the code
+    runs as a user of its own, or in a sandbox)."""
+    launcher_is_init = False
+    """Whether what :meth:`launch` starts is PID 1 of a PID namespace of its own (bubblewrap ``--as-pid-1``): the
+    warm worker then runs under the launcher too, which reaps orphans and, unlike the worker at start-up, is never
+    dumpable."""
 
     def __init__(self, sandbox: ProcessSandbox, workspace=None, keep_workspace=False):
         super().__init__(sandbox, workspace, keep_workspace)
@@ -111,7 +180,28 @@ class ProcessSession(Session):
         return {"cwd": self.workspace, "env": env, "start_new_session": True}
 
     def nproc(self) -> int:
-        return 0
+        """``RLIMIT_NPROC`` of the executed code, 0 for none (see :attr:`sets_nproc`)."""
+        return self.sandbox.limits.pids if self.sets_nproc else 0
+
+    def oom_kills(self) -> int | None:
+        """How many processes the kernel's OOM killer has killed in this session's sandbox, compared before and after
+        each block; None: cannot tell. Here, the whole machine's count (``oom_kill`` in ``/proc/vmstat``): the code
+        has no memory limit of a kernel group, only an address-space rlimit (a ``MemoryError``, not a kill)."""
+        try:
+            with open("/proc/vmstat") as f:
+                for line in f:
+                    if line.startswith("oom_kill "):
+                        return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        return None
+
+    def launcher(
+        self, argv: list[str], limits: tuple[int, ...] = (0,) * 5, status_fd: int = -1, env_file: str = ""
+    ) -> list[str]:
+        """The command that runs ``argv`` under :data:`_LAUNCHER`: ``limits`` are (address space, CPU seconds, file
+        size, processes, open files), 0 for none."""
+        return [self.python_inside(), "-I", "-S", "-c", _LAUNCHER, *map(str, limits), str(status_fd), env_file, *argv]
 
     def launch(self, argv: list[str], popen: Any = subprocess.Popen, **kwargs: Any) -> subprocess.Popen:
         """Start ``argv`` in the sandbox: ``popen(self.wrap(argv), **kwargs, **self.popen_kwargs())``. A backend
@@ -130,10 +220,11 @@ class ProcessSession(Session):
         script.write_text(code, encoding="utf-8", errors="surrogatepass")
         os.chmod(script, 0o644)
         before = snapshot(self.workspace)
+        kills = self.oom_kills()
         start = time.monotonic()
         lost = False
         if sb.mode == "warm":
-            exit_code, timed_out, out, err, message, lost = self._run_warm(script, timeout, extra)
+            exit_code, timed_out, out, err, message, lost = self._run_warm(script, timeout, extra)[:6]
         else:
             try:
                 exit_code, timed_out, out, err = self._run_fresh(script, timeout, extra)
@@ -141,7 +232,11 @@ class ProcessSession(Session):
                 script.with_suffix(".env.json").unlink(missing_ok=True)
             message = None
         duration = time.monotonic() - start
-        status, msg = classify(exit_code, err[0], timed_out, worker_lost=lost)
+        now = self.oom_kills()
+        oom = None if kills is None or now is None else now > kills
+        status, msg = classify(exit_code, err[0], timed_out, worker_lost=lost, oom_killed=oom)
+        if status == ExecStatus.OOM:
+            message = None  # the memory limit says more than "the worker was lost"
         return self.result(status, exit_code, out, err, duration, before, f"{sb.name}/{sb.mode}", message or msg)
 
     def _run_fresh(self, script: Path, timeout: float, env: dict[str, str] | None = None):
@@ -153,11 +248,19 @@ class ProcessSession(Session):
             path.write_text(json.dumps(env), encoding="utf-8")
             os.chmod(path, 0o644)
             env_file = self.inside(path)
-        launcher = [py, "-I", "-S", "-c", _LAUNCHER]
-        launcher += [str(lim.memory_mb * 1024 * 1024), str(max(1, int(timeout) + 1))]
-        launcher += [str(lim.file_size_mb * 1024 * 1024), str(self.nproc()), str(lim.nofile), self.inside(script), py]
-        launcher += [env_file]
-        proc = self.launch(launcher, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        limits = (lim.memory_mb * 1024 * 1024, max(1, int(timeout) + 1), lim.file_size_mb * 1024 * 1024)
+        limits += (self.nproc(), lim.nofile)
+        status_r, status_w = os.pipe()  # the launcher writes the block's wait status here
+        try:
+            argv = self.launcher([py, "-I", "-u", self.inside(script)], limits, status_w, env_file)
+            proc = self.launch(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(status_w,)
+            )
+        except BaseException:
+            os.close(status_r)
+            raise
+        finally:
+            os.close(status_w)
         out_r, err_r = _CappedReader(proc.stdout, lim.output_bytes), _CappedReader(proc.stderr, lim.output_bytes)
         out_r.start()
         err_r.start()
@@ -177,7 +280,23 @@ class ProcessSession(Session):
         err_r.join(timeout=2.0)
         proc.stdout.close()
         proc.stderr.close()
-        return proc.returncode, timed_out, out_r.text(), err_r.text()
+        return self._block_exit_code(proc.returncode, status_r), timed_out, out_r.text(), err_r.text()
+
+    @staticmethod
+    def _block_exit_code(returncode: int, status_r: int) -> int:
+        """The block's exit code (negative: killed by that signal) from the launcher's status pipe, which ``status_r``
+        reads and is closed here; without a status there (the launcher was killed first), the process's own code."""
+        os.set_blocking(status_r, False)
+        try:
+            status = os.read(status_r, 64)
+        except OSError:
+            status = b""
+        finally:
+            os.close(status_r)
+        try:
+            return os.waitstatus_to_exitcode(int(status))
+        except ValueError:
+            return returncode
 
     def _launch_worker(self):
         sb: ProcessSandbox = self.sandbox  # type: ignore[assignment]
@@ -186,6 +305,8 @@ class ProcessSession(Session):
         os.chmod(worker, 0o644)
         argv = [self.python_inside(), "-I", "-u", self.inside(worker), self.inside(self._ipc_dir / "worker.sock")]
         argv += [self.workspace_inside(), ",".join(sb.preload), "1" if self.kill_all_after_block else "0"]
+        if self.launcher_is_init:
+            argv = self.launcher(argv)
         # preload failures and the like, in the session's own folder: the ipc folder is the sandbox's to write (a
         # FIFO or a symlink planted there as worker.log would block or redirect the host's open)
         with open(self.root / "worker.log", "ab") as log:
@@ -233,6 +354,7 @@ class ProcessSandbox(Sandbox):
         self.mode = mode
         self.preload = tuple(preload)
         self.python = python or sys.executable
+        check_rlimits(self.limits, nproc=self.session_class.sets_nproc)
 
     def session(self, workspace=None, keep_workspace: bool = False, env=None) -> ProcessSession:
         env = check_env(env)  # before anything is built

@@ -240,6 +240,11 @@ class BlockOutcome(NamedTuple):
     """A message of the host side (the worker was lost or restarted), None otherwise."""
     worker_lost: bool
     """No result: the worker died or could not be started (the status is ``worker_lost``, not ``timeout``)."""
+    oom_kills: int | None = None
+    """The count of OOM kills in the sandbox's memory group after the block (read by the worker from one of
+    ``oom_files``), None when there is none to read or no reply."""
+    oom_killed: bool | None = None
+    """Whether that count rose while the block ran; None when unknown."""
 
 
 def run_block(
@@ -250,12 +255,14 @@ def run_block(
     nproc: int = 0,
     grace_s: float = 5.0,
     env: dict[str, str] | None = None,
+    oom_files: tuple[str, ...] = (),
 ) -> BlockOutcome:
     """Run one block through ``worker``.
 
     A worker that does not answer within ``timeout + grace_s`` after taking the block is stopped (it restarts on
     the next block) and the block counts as timed out; a worker that dies, or cannot be started, gives
-    ``worker_lost`` with a message saying whether the block had started.
+    ``worker_lost`` with a message saying whether the block had started. ``oom_files``: where in the sandbox the
+    worker reads the memory group's count of OOM kills, before and after the block (``oom_kill`` lines).
     """
     payload = {
         "path": path,
@@ -266,6 +273,7 @@ def run_block(
         "nproc": nproc,
         "nofile": limits.nofile,
         "env": dict(env or {}),  # the session's explicit variables (checked by sandboxes.base.check_env)
+        "oom_files": list(oom_files),
     }
     nothing = ("", False)
     try:
@@ -277,6 +285,7 @@ def run_block(
         return BlockOutcome(None, False, nothing, nothing, f"{e}: {when}; a fresh worker takes the next block", True)
     except WorkerError as e:
         return BlockOutcome(None, False, nothing, nothing, f"warm worker error: {e}", True)
+    before, after = r.get("oom_kills") or (None, None)
     return BlockOutcome(
         r["exit_code"],
         r["timed_out"],
@@ -284,4 +293,6 @@ def run_block(
         (r["stderr"], r["stderr_truncated"]),
         None,
         False,
+        after,
+        None if before is None or after is None else after > before,
     )
