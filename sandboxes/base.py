@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import atexit
 import enum
+import errno
 import json
 import os
 import re
@@ -29,7 +30,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .files import _O_SAFE, FileChange, UnsafeFileError, _refuse_unsafe, diff_snapshots, snapshot
+from .files import (
+    _O_SAFE,
+    FileChange,
+    UnsafeFileError,
+    _refuse_unsafe,
+    diff_snapshots,
+    open_folder,
+    snapshot,
+    workspace_parts,
+)
 from .workspaces import OWNER_FILE, SESSION_PREFIX, owner_record, reap_once, remove_tree
 
 
@@ -242,30 +252,42 @@ class Session(abc.ABC):
         return {p: size for p, (size, _) in snapshot(self.workspace).items()}
 
     def write_file(self, relpath: str, data: bytes | str) -> None:
-        """Place a file in the workspace (task inputs). Refuses paths that escape the workspace; never blocks on,
-        or writes through, what the code left there (a named pipe, a socket, a hard link to another file: that entry
-        is replaced by a new file)."""
-        try:
-            target = (self.workspace / relpath).resolve()  # follows symlinks: a planted link cannot redirect us
-        except (OSError, RuntimeError) as e:  # a symlink loop
-            raise UnsafeFileError(f"path cannot be resolved: {relpath!r} ({e})") from None
-        if not target.is_relative_to(self.workspace) or target == self.workspace:
+        """Place a file in the workspace (task inputs), making missing folders. Refuses paths that leave the
+        workspace (absolute, ``..``) and symlinks anywhere on the path (never followed, even one swapped in
+        meanwhile: :func:`~sandboxes.files.open_folder`); never blocks on, or writes through, what the code left
+        there (a named pipe, a socket, a hard link to another file: that entry is replaced by a new file)."""
+        parts = workspace_parts(relpath)
+        if parts is None:
             raise UnsafeFileError(f"path escapes the workspace: {relpath!r}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            st = os.lstat(target)
-        except FileNotFoundError:
-            st = None
-        if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):
-            if stat.S_ISDIR(st.st_mode):
-                raise UnsafeFileError(f"{relpath} is a directory: it is not overwritten")
-            os.unlink(target)
         payload = data.encode() if isinstance(data, str) else data
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_SAFE, 0o644)
+        rel, name = "/".join(parts), parts[-1]
+        folder = open_folder(self.workspace, parts[:-1], relpath, "write", create=True)
+        try:
+            try:
+                st = os.lstat(name, dir_fd=folder)
+            except FileNotFoundError:
+                st = None
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                raise UnsafeFileError(f"{rel} is a directory: it is not overwritten")
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                raise UnsafeFileError(
+                    f"{rel} is a symbolic link: it is not written through (symlinks are not followed)"
+                )
+            if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):
+                os.unlink(name, dir_fd=folder)
+            try:  # no O_TRUNC: a hard link swapped in now is refused below, not emptied
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | _O_SAFE, 0o644, dir_fd=folder)
+            except OSError as e:  # a link (ELOOP), a pipe without reader (ENXIO) or a folder swapped in
+                if e.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                    raise
+                raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not written") from None
+        finally:
+            os.close(folder)
         try:
             fst = os.fstat(fd)
             if not stat.S_ISREG(fst.st_mode) or fst.st_nlink > 1:
-                raise UnsafeFileError(f"{relpath} was replaced while it was opened: it is not written")
+                raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not written")
+            os.ftruncate(fd, 0)
             os.set_blocking(fd, True)
             view = memoryview(payload)
             while view:
@@ -276,32 +298,35 @@ class Session(abc.ABC):
     def read_file(self, relpath: str, max_bytes: int = 64 * 1024 * 1024, timeout_s: float = 30.0) -> bytes:
         """Read a workspace file on the host, safely and without ever blocking.
 
-        Only a regular file with a single link, inside the workspace and reached without symlinks, is read: a
-        symlink, a named pipe (which would block the host forever), a socket, a device, a directory or a hard link
-        (on a backend that does not isolate, maybe a host file's second name) raises :class:`UnsafeFileError`
-        naming what it is. Files over ``max_bytes`` raise :class:`ValueError` before any byte is read, and so does
-        a read that takes longer than ``timeout_s``. A missing file raises :class:`FileNotFoundError`.
+        Only a regular file with a single link, inside the workspace and reached without symlinks (the folders on
+        the way are walked by descriptor: :func:`~sandboxes.files.open_folder`), is read: a symlink, a named pipe
+        (which would block the host forever), a socket, a device, a directory or a hard link (on a backend that does
+        not isolate, maybe a host file's second name) raises :class:`UnsafeFileError` naming what it is. Files over
+        ``max_bytes`` raise :class:`ValueError` before any byte is read, and so does a read that takes longer than
+        ``timeout_s``. A missing file raises :class:`FileNotFoundError`.
         """
-        rel = Path(relpath)
-        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        parts = workspace_parts(relpath)
+        if parts is None:
             raise UnsafeFileError(f"refusing to read {relpath!r}: it leaves the workspace")
-        folder = self.workspace
-        for part in rel.parts[:-1]:
-            folder = folder / part
-            if folder.is_symlink():
-                raise UnsafeFileError(
-                    f"refusing to read {relpath!r}: {part} is a symbolic link (symlinks are not followed)"
-                )
-        target = self.workspace / rel
-        st = os.lstat(target)
-        _refuse_unsafe(str(rel), st)
+        rel, name = "/".join(parts), parts[-1]
         too_big = f"{rel} is {{}} bytes, over the {max_bytes}-byte limit"
-        if st.st_size > max_bytes:
-            raise ValueError(too_big.format(st.st_size))
-        fd = os.open(target, os.O_RDONLY | _O_SAFE)  # O_NONBLOCK: a pipe swapped in now cannot block us either
+        folder = open_folder(self.workspace, parts[:-1], relpath, "read")
+        try:
+            st = os.lstat(name, dir_fd=folder)
+            _refuse_unsafe(rel, st)
+            if st.st_size > max_bytes:
+                raise ValueError(too_big.format(st.st_size))
+            try:  # O_NONBLOCK: a pipe swapped in now cannot block us either
+                fd = os.open(name, os.O_RDONLY | _O_SAFE, dir_fd=folder)
+            except OSError as e:
+                if e.errno != errno.ELOOP:
+                    raise
+                raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not read") from None
+        finally:
+            os.close(folder)
         try:
             fst = os.fstat(fd)
-            _refuse_unsafe(str(rel), fst)
+            _refuse_unsafe(rel, fst)
             if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
                 raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not read")
             chunks, size, deadline = [], 0, time.monotonic() + timeout_s

@@ -1,13 +1,16 @@
 """Workspace files as the host sees them: what one execution changed (:func:`snapshot`, :func:`diff_snapshots`), what
 a file is (:func:`file_kind`), and the refusal to touch anything but a regular, singly linked file
-(:class:`UnsafeFileError`): a named pipe, a socket, a link or a hard link to a host file never blocks or leaks."""
+(:class:`UnsafeFileError`): a named pipe, a socket, a link or a hard link to a host file never blocks or leaks, and
+the folders on the way are walked by descriptor (:func:`open_folder`), so code that swaps one for a link meanwhile
+leads the host nowhere."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 
 @dataclass
@@ -90,3 +93,57 @@ def _refuse_unsafe(relpath: str, st: os.stat_result) -> None:
             f"{relpath} is a hard link ({st.st_nlink} names for the same file, maybe one outside the workspace): "
             "it is not read"
         )
+
+
+_O_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def workspace_parts(relpath: str) -> tuple[str, ...] | None:
+    """The components of a path relative to the workspace (``.`` and empty ones dropped), or None when the path is
+    absolute, holds ``..`` or names the workspace itself."""
+    parts = PurePosixPath(relpath).parts
+    if not parts or parts[0] == "/" or ".." in parts:
+        return None
+    return parts
+
+
+def open_folder(root: Path, parts: tuple[str, ...], relpath: str, verb: str, create: bool = False) -> int:
+    """A descriptor of the folder ``root/parts...``, reached one component at a time: each is opened relative to the
+    descriptor of the one before, with ``O_NOFOLLOW``. No symlink on the way is ever followed, not even one swapped
+    in for a folder between two steps (:class:`UnsafeFileError`, its message starting ``refusing to {verb}
+    {relpath!r}``). ``create``: missing folders are made. The caller closes the descriptor."""
+    fd = os.open(root, _O_FOLDER)
+    try:
+        for i, part in enumerate(parts):
+            try:
+                try:
+                    step = os.open(part, _O_FOLDER, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    try:
+                        os.mkdir(part, dir_fd=fd)
+                    except FileExistsError:  # made meanwhile (maybe as a link): the open below tells
+                        pass
+                    step = os.open(part, _O_FOLDER, dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ENOTDIR, errno.ELOOP):
+                    raise
+                try:
+                    st = os.lstat(part, dir_fd=fd)
+                except OSError:
+                    raise e from None
+                where = "/".join(parts[: i + 1])
+                if stat.S_ISLNK(st.st_mode):
+                    why = "is a symbolic link (symlinks are not followed)"
+                elif stat.S_ISDIR(st.st_mode):  # a folder again: something else stood there a moment ago
+                    why = "was replaced while it was walked"
+                else:
+                    raise
+                raise UnsafeFileError(f"refusing to {verb} {relpath!r}: {where} {why}") from None
+            os.close(fd)
+            fd = step
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
