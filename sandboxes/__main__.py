@@ -2,7 +2,8 @@
 `python -m sandboxes check` (which isolating backends run here; exit 1 when one that ``$MAPPA_REQUIRE_BACKENDS``
 or CI requires is missing: :mod:`sandboxes.check`).
 
-``reap`` removes what crashed runs left: sandbox containers whose owner is gone (all of them with ``--all``) and
+``reap`` removes what crashed runs left: this host's and this user's sandbox containers whose owner is gone (all of
+this host's and user's with ``--all``; never another host's or user's) and
 session folders (workspaces) whose owner is gone (:func:`sandboxes.workspaces.reap_workspaces`: only folders that carry
 this host's owner marker, never a live run's)."""
 
@@ -21,7 +22,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m sandboxes") -> in
     b.add_argument("--tag", default=None)
     b.add_argument("--rootfs-only", action="store_true", help="only the rootfs (bubblewrap); no Docker engine needed")
     r = sub.add_parser("reap", help="remove the sandbox containers and workspaces left by crashed runs")
-    r.add_argument("--all", action="store_true", help="remove every sandbox container, live owners too")
+    r.add_argument(
+        "--all", action="store_true", help="remove every sandbox container of this host and user, live owners too"
+    )
     r.add_argument("--tmpdir", default=None, help="where the session folders are (default: the temporary directory)")
     v = sub.add_parser("serve", help="serve a SandboxFusion-compatible /run_code endpoint")
     v.add_argument("--backend", default="bubblewrap")

@@ -18,9 +18,10 @@ every process of the code's user (no process of the code's uid in the container 
 could stop or whose memory it could write), and after each execution it kills any process the code left behind. A
 SIGKILL is reported as the memory limit only when the container's memory group counted an OOM kill meanwhile. If
 the engine (or the kill) does not end the execution within the timeout plus a grace period, the container is
-recreated; the workspace (a host folder) survives. Containers carry the label ``mappa.sandbox`` and are removed at
-session close, at interpreter exit, and by :func:`reap` (run when a sandbox is created) for leftovers of
-crashed runs.
+recreated; the workspace (a host folder) survives. Containers carry the label ``mappa.sandbox`` and their owner's
+(:func:`owner_labels`: process, host, user) and are removed at session close, at interpreter exit, and by
+:func:`reap` (run when a sandbox is created) for leftovers of crashed runs: only this host's and this user's, whose
+owning process is gone.
 """
 
 from __future__ import annotations
@@ -73,18 +74,34 @@ def engine_available() -> bool:
         return False
 
 
+def owner_labels() -> dict[str, str]:
+    """The labels that say whose a container is: this process (pid and start time: pids are reused), host and user."""
+    return {
+        LABEL: "1",
+        "mappa.owner_pid": str(os.getpid()),
+        "mappa.owner_start": str(_process_start(os.getpid())),
+        "mappa.owner_host": socket.gethostname(),
+        "mappa.owner_uid": str(os.geteuid()),
+    }
+
+
 def reap(client=None, *, all_owners: bool = False) -> int:
-    """Remove leftover sandbox containers whose owning process is gone (or all of them). Returns the count."""
+    """Remove leftover sandbox containers that are provably ours and orphaned: labelled by this host and this user
+    (``mappa.owner_host``, ``mappa.owner_uid``) for an owning process that is gone. ``all_owners``: every container
+    of this host and user, live owners too. A container of another host (an engine shared by several machines: we
+    cannot tell whether its owner lives), of another user, or without these labels is never removed. Returns the
+    count."""
     client = client or docker_client()
     removed = 0
-    host = socket.gethostname()
+    host, uid = socket.gethostname(), str(os.geteuid())
     # the low-level listing: one request, no per-container inspect that a container removed meanwhile (by another
     # session's close, in another thread or process) would turn into NotFound and a failed sandbox start
     for c in client.api.containers(all=True, filters={"label": LABEL}):
         labels = c.get("Labels") or {}
+        if labels.get("mappa.owner_host") != host or labels.get("mappa.owner_uid") != uid:
+            continue
         pid = int(labels.get("mappa.owner_pid", "0") or 0)
-        same_host = labels.get("mappa.owner_host") == host
-        if all_owners or not same_host or not _pid_alive(pid, float(labels.get("mappa.owner_start", "0") or 0)):
+        if all_owners or not _pid_alive(pid, float(labels.get("mappa.owner_start", "0") or 0)):
             try:
                 client.api.remove_container(c["Id"], force=True)
                 removed += 1
@@ -153,12 +170,7 @@ class DockerSession(Session):
             },
             working_dir="/workspace",
             environment=dict(_CHILD_ENV),
-            labels={
-                LABEL: "1",
-                "mappa.owner_pid": str(os.getpid()),
-                "mappa.owner_start": str(_process_start(os.getpid())),
-                "mappa.owner_host": socket.gethostname(),
-            },
+            labels=owner_labels(),
             auto_remove=False,
         )
 

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
+import pytest
+
 from sandboxes import UnsafeFileError, make_sandbox
+
+from .support import DOCKER_SKIP
 
 # ------------------------------------------------------------------ host file access against a parent-swap race
 SWAP = """
@@ -66,3 +71,88 @@ def test_host_file_access_never_follows_a_parent_swapped_for_a_symlink(tmp_path)
         leaked = reads.count(b"OUTSIDE")
         assert (leaked, escaped) == (0, 0), f"{leaked} reads of the host file, {escaped} writes into the host folder"
         assert reads and set(reads) == {b"inside"}
+
+
+# ------------------------------------------------------------------ the Docker reaper removes only what is ours
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def _owner(host: str, pid: int, uid: int) -> dict[str, str]:
+    from sandboxes.docker_backend import LABEL
+
+    labels = {"mappa.owner_host": host, "mappa.owner_pid": str(pid), "mappa.owner_start": "0"}
+    return {LABEL: "1", **labels, "mappa.owner_uid": str(uid)}
+
+
+@pytest.mark.docker
+@pytest.mark.skipif(DOCKER_SKIP is not None, reason=DOCKER_SKIP or "")
+def test_reaper_leaves_other_hosts_containers():
+    """A container of another host (an engine shared by several machines) is never reaped, whatever its owner pid
+    says here; one of this host and user whose owner is dead is."""
+    import docker.errors
+
+    from sandboxes.docker_backend import docker_client, reap
+    from sandboxes.image import DEFAULT_IMAGE
+
+    client = docker_client()
+    me, pid = os.geteuid(), _dead_pid()
+    made = {}
+    try:
+        for name, labels in {
+            "other host": _owner("some-other-host", pid, me),
+            "other user": _owner(socket.gethostname(), pid, me + 1),
+            "dead owner": _owner(socket.gethostname(), pid, me),
+        }.items():
+            made[name] = client.containers.run(
+                DEFAULT_IMAGE, ["sleep", "infinity"], detach=True, labels=labels, network_mode="none"
+            ).id
+        reap(client)
+        left = {name for name, cid in made.items() if client.api.containers(all=True, filters={"id": cid})}
+        assert left == {"other host", "other user"}
+    finally:
+        for cid in made.values():
+            try:
+                client.api.remove_container(cid, force=True)
+            except docker.errors.NotFound:
+                pass
+
+
+class _Engine:
+    """A Docker client's ``api`` as :func:`reap` uses it: a fixed listing; removals are recorded."""
+
+    def __init__(self, containers: dict[str, dict[str, str]]):
+        self.listing = [{"Id": cid, "Labels": labels} for cid, labels in containers.items()]
+        self.removed: list[str] = []
+        self.api = self
+
+    def containers(self, all: bool, filters: dict) -> list[dict]:
+        return self.listing
+
+    def remove_container(self, cid: str, force: bool) -> None:
+        self.removed.append(cid)
+
+
+def test_reaper_all_owners_stays_on_this_host_and_user():
+    """``reap(all_owners=True)`` (``mappa sandbox reap --all``) removes this host's and user's containers, live
+    owners too, and nobody else's; without it, only those of a dead owner."""
+    from sandboxes.docker_backend import reap
+    from sandboxes.workspaces import process_start
+
+    host, me, dead = socket.gethostname(), os.geteuid(), _dead_pid()
+    live = {**_owner(host, os.getpid(), me), "mappa.owner_start": str(process_start(os.getpid()))}
+    engine = _Engine(
+        {
+            "live": live,
+            "dead": _owner(host, dead, me),
+            "other host, dead": _owner("some-other-host", dead, me),
+            "other host, live": {**live, "mappa.owner_host": "some-other-host"},
+            "other user": _owner(host, dead, me + 1),
+            "no owner": {"mappa.sandbox": "1"},
+        }
+    )
+    assert reap(engine) == 1 and engine.removed == ["dead"]
+    engine.removed.clear()
+    assert reap(engine, all_owners=True) == 2 and sorted(engine.removed) == ["dead", "live"]
