@@ -9,8 +9,9 @@ process dies with its parent. The network namespace has only a loopback.
 
 System calls go through a seccomp filter (:mod:`sandboxes.syscall_filter`: Docker's default profile, stricter on
 ``ptrace``): ``ptrace``, ``mount``, ``unshare``, ``setns``, ``keyctl``, ``bpf``, ``perf_event_open``,
-``userfaultfd`` and the rest of what that profile refuses fail with ``EPERM``; new user namespaces are refused twice
-(the filter, and ``--disable-userns`` where this bwrap has it). Without libseccomp's Python bindings the sandbox
+``userfaultfd`` and the rest of what that profile refuses fail with ``EPERM``, a call the filter does not know with
+``ENOSYS`` (the C library falls back to an older one); new user namespaces are refused twice (the filter, and
+``--disable-userns`` where this bwrap has it). Without libseccomp's Python bindings the sandbox
 still runs, with a warning, and ``"seccomp"`` is missing from :attr:`BubblewrapSandbox.enforces`.
 
 Limits: rlimits per process, as in the subprocess backend (address space ``memory_mb``, CPU time from the

@@ -1,9 +1,13 @@
 """The bubblewrap backend's seccomp filter: Docker's default profile, compiled to BPF for ``bwrap --seccomp FD``.
 
 The filter is an allow-list, like Docker's (moby ``profiles/seccomp/default.json``): the system calls a container
-without capabilities may make are allowed, everything else fails with ``EPERM``. As in that profile, ``clone`` is
-allowed only without namespace flags, ``clone3`` fails with ``ENOSYS`` (its flags cannot be inspected; the C library
-falls back to ``clone``), ``personality`` only with the default personas and ``socket`` never for ``AF_VSOCK``.
+without capabilities may make are allowed; the ones that profile refuses such a container (:data:`DENIED`: mounts,
+namespaces, keys, ``bpf``, kernel modules, clocks, tracing...) fail with ``EPERM``, and every other call, one this
+filter does not know, fails with ``ENOSYS``, as a kernel without it would answer: the C library then falls back to
+an older call (``clone3`` to ``clone``, ``fchmodat2`` to ``fchmodat``, ``faccessat2``, ``statx``, ``close_range``
+on older profiles...), where ``EPERM`` would be final. As in that profile, ``clone`` is allowed only without
+namespace flags (``EPERM`` with one), ``clone3`` fails with ``ENOSYS`` (its flags cannot be inspected),
+``personality`` is allowed only with the default personas and ``socket`` never for ``AF_VSOCK`` (both ``EPERM``).
 Stricter than that profile, because here the executed code shares its uid with the sandbox's init and the warm
 worker (in Docker both are out of reach: init is root's): ``ptrace``, ``process_vm_readv``/``process_vm_writev``
 are blocked (Docker allows them on kernels from 4.8); so are ``io_uring_*`` (as Docker does from version 25) and
@@ -22,7 +26,7 @@ import errno
 import functools
 import os
 
-EPERM = errno.EPERM
+EPERM, ENOSYS = errno.EPERM, errno.ENOSYS
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -74,6 +78,20 @@ set_tls riscv_flush_icache s390_pci_mmio_read s390_pci_mmio_write s390_runtime_i
 """)
 # In the profile's list but blocked here (see the module docstring).
 NOT_ALLOWED_HERE = frozenset({"io_uring_setup", "io_uring_enter", "io_uring_register", "name_to_handle_at"})
+# Refused with EPERM: what the profile allows only with a capability this sandbox does not have (CAP_SYS_ADMIN,
+# CAP_SYS_PTRACE, CAP_SYS_MODULE, CAP_SYS_TIME...), what it never allows, and NOT_ALLOWED_HERE. Every call on no
+# list fails with ENOSYS instead.
+DENIED = _words("""
+ptrace process_vm_readv process_vm_writev kcmp pidfd_getfd process_madvise
+keyctl add_key request_key bpf perf_event_open userfaultfd fanotify_init
+unshare setns mount umount umount2 pivot_root chroot open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr
+kexec_load kexec_file_load init_module finit_module delete_module create_module reboot swapon swapoff
+open_by_handle_at name_to_handle_at iopl ioperm
+clock_settime clock_settime64 settimeofday stime acct quotactl quotactl_fd lookup_dcookie nfsservctl
+move_pages migrate_pages mbind set_mempolicy get_mempolicy set_mempolicy_home_node
+sethostname setdomainname syslog vhangup uselib ustat sysfs _sysctl vm86 vm86old
+io_uring_setup io_uring_enter io_uring_register
+""")
 
 CLONE_NAMESPACE_FLAGS = 0x7E020000
 """CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET."""
@@ -81,13 +99,24 @@ PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 """PER_LINUX, UNAME26, ADDR_NO_RANDOMIZE (alone and with UNAME26), and the query value."""
 AF_VSOCK = 40
 
-BLOCKED_EXAMPLES = _words(
-    "ptrace process_vm_readv process_vm_writev keyctl add_key request_key bpf perf_event_open userfaultfd unshare"
-    " setns mount umount2 pivot_root kexec_load init_module finit_module delete_module reboot swapon swapoff"
-    " open_by_handle_at name_to_handle_at iopl ioperm clock_settime settimeofday acct quotactl lookup_dcookie"
-    " move_pages io_uring_setup"
-)
-"""Calls the filter refuses with EPERM, for documentation and the tests (the list is not exhaustive)."""
+
+def _other_personas() -> list[tuple[str, int, int]]:
+    """Comparisons of ``personality``'s argument, ``("GT", value, 0)`` or ``("MASKED_EQ", mask, value)``, that
+    together match every value but :data:`PERSONALITIES` and none of those: the rules that refuse the others.
+
+    libseccomp cannot say "none of these" in one rule (one comparison per argument), and when rules with different
+    actions match the same value, which one wins depends on the order it builds them in. Of the 32-bit values that
+    are not allowed, one with all of the other bits (not UNAME26's or ADDR_NO_RANDOMIZE's) set lacks one of those two
+    bits; any other has, among the other bits taken in a circle, a set bit followed by a clear one."""
+    free = 0x8 | 0x20000
+    others = [b for b in range(32) if not (1 << b) & free]
+    out = [("GT", 0xFFFFFFFF, 0)]
+    for i, b in enumerate(others):
+        nxt = others[(i + 1) % len(others)]
+        out.append(("MASKED_EQ", (1 << b) | (1 << nxt), 1 << b))
+    all_others = 0xFFFFFFFF & ~free
+    out += [("MASKED_EQ", all_others | bit, all_others) for bit in (0x8, 0x20000)]
+    return out
 
 
 def _bindings():
@@ -108,7 +137,7 @@ def _build() -> tuple[bytes | None, str | None]:
     except ImportError as e:
         return None, f"no libseccomp bindings ({e}; pip install 'mappa-envs[bubblewrap]', needs libseccomp2)"
     try:
-        f = sc.SyscallFilter(sc.ERRNO(EPERM))
+        f = sc.SyscallFilter(sc.ERRNO(ENOSYS))  # a call this filter does not know: as if the kernel had none
         try:
             f.set_attr(sc.Attr.CTL_OPTIMIZE, 2)  # a binary tree over the syscall numbers: fewer BPF steps
         except Exception:
@@ -120,11 +149,22 @@ def _build() -> tuple[bytes | None, str | None]:
                 f.add_rule(sc.ALLOW, name)
             except (OSError, ValueError, RuntimeError):
                 pass  # not a system call this libseccomp knows: nothing to allow
+        for name in DENIED:
+            try:
+                f.add_rule(sc.ERRNO(EPERM), name)
+            except (OSError, ValueError, RuntimeError):
+                pass  # not a system call this libseccomp knows
+        # the calls allowed for some arguments only: EPERM for the others (rules that match no allowed value)
         for mode in PERSONALITIES:
             f.add_rule(sc.ALLOW, "personality", sc.Arg(0, sc.EQ, mode))
+        for op, value, datum in _other_personas():
+            f.add_rule(sc.ERRNO(EPERM), "personality", sc.Arg(0, getattr(sc, op), value, datum))
         f.add_rule(sc.ALLOW, "socket", sc.Arg(0, sc.NE, AF_VSOCK))
+        f.add_rule(sc.ERRNO(EPERM), "socket", sc.Arg(0, sc.EQ, AF_VSOCK))
         f.add_rule(sc.ALLOW, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_NAMESPACE_FLAGS, 0))
-        f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+        for bit in (1 << b for b in range(32) if CLONE_NAMESPACE_FLAGS & (1 << b)):
+            f.add_rule(sc.ERRNO(EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, bit, bit))
+        # clone3 is on no list: ENOSYS (its flags are in memory, out of the filter's sight; glibc falls back to clone)
         with open(os.memfd_create("mappa-seccomp", os.MFD_CLOEXEC), "w+b") as buf:  # no pipe: no size limit
             f.export_bpf(buf)
             buf.seek(0)

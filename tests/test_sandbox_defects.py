@@ -19,7 +19,7 @@ import pytest
 
 from sandboxes import UnsafeFileError, make_sandbox
 
-from .support import DOCKER_SKIP
+from .support import BWRAP_SKIP, DOCKER_SKIP
 
 # ------------------------------------------------------------------ host file access against a parent-swap race
 SWAP = """
@@ -156,3 +156,46 @@ def test_reaper_all_owners_stays_on_this_host_and_user():
     assert reap(engine) == 1 and engine.removed == ["dead"]
     engine.removed.clear()
     assert reap(engine, all_owners=True) == 2 and sorted(engine.removed) == ["dead", "live"]
+
+
+# ------------------------------------------------------------------ the bubblewrap filter: ENOSYS for unknown calls
+SYSCALL_ERRNOS = """
+import ctypes, errno, json
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in (*args, 0, 0, 0, 0, 0)[:5]])
+    return "returned" if r != -1 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+print(json.dumps({name: call(*nr_args) for name, nr_args in CALLS.items()}))
+"""
+
+
+@pytest.mark.skipif(BWRAP_SKIP is not None, reason=BWRAP_SKIP or "")
+def test_bubblewrap_filter_answers_unknown_calls_with_enosys():
+    """A system call the filter does not know fails with ENOSYS, as on a kernel without it (glibc then falls back
+    to an older call); the ones it refuses on purpose still fail with EPERM."""
+    import json
+    import platform
+
+    if platform.machine() != "x86_64":
+        pytest.skip("the probe uses x86_64 system call numbers")
+    calls = {
+        "unassigned number": (1000,),
+        "fchmodat2 (on no list)": (452, -100, 0, 0, 0),
+        "cachestat (on no list)": (451,),
+        "clone3": (435,),
+        "mount": (165,),
+        "ptrace(PTRACE_ATTACH, 1)": (101, 16, 1),
+        "unshare(CLONE_NEWUSER)": (272, 0x10000000),
+        "clone(CLONE_NEWNS)": (56, 0x20000 | 17),
+        "personality(READ_IMPLIES_EXEC)": (135, 0x0400000),
+        "socket(AF_VSOCK)": (41, 40, 1, 0),
+    }
+    sandbox = make_sandbox("bubblewrap")
+    assert "seccomp" in sandbox.enforces
+    with sandbox.session() as s:
+        r = s.run(f"CALLS = {calls!r}\n{SYSCALL_ERRNOS}")
+    assert r.ok, r
+    got = json.loads(r.stdout)
+    unknown = ("unassigned number", "fchmodat2 (on no list)", "cachestat (on no list)", "clone3")
+    assert got == {name: "ENOSYS" if name in unknown else "EPERM" for name in calls}, got
