@@ -21,7 +21,8 @@ connection closes.
 Semantics: every block starts from the worker's state right after preloading (its own fresh globals; nothing a
 previous block defined), files in the workspace persist, and modules already preloaded import instantly. After
 each block the child's process group is killed; with KILL_ALL=1 (only inside a PID namespace or container, never
-on a host) every other process of the sandbox user is killed as well.
+on a host) every other process of the sandbox user is killed as well. The reply waits until the killed processes
+are gone (zombies at most), so none of them is still running when the next block starts.
 """
 
 import builtins
@@ -148,17 +149,14 @@ def run(req, workspace, kill_all):
                 status = st
         if status is not None:
             # the block is over: kill what it left behind, then drain the pipes (their writers are gone)
-            kill_group(pid)
-            if kill_all:
-                kill_everyone_else()
+            kill_leftovers(pid, kill_all)
             drain(open_fds, caps)
             break
         if time.monotonic() >= deadline:
             timed_out = True
             kill_group(pid)
             _, status = os.waitpid(pid, 0)
-            if kill_all:
-                kill_everyone_else()
+            kill_leftovers(pid, kill_all)
             drain(open_fds, caps)
             break
         if not open_fds:
@@ -204,17 +202,64 @@ def kill_group(pid):
         pass
 
 
-def kill_everyone_else():
-    try:
-        os.kill(-1, signal.SIGKILL)  # every process we may signal, except ourselves (and the namespace's init)
-    except OSError:
-        pass
-    while True:  # reap what we can
+CLEAN_UP_S = 2.0
+"""How long :func:`kill_leftovers` may wait for the killed processes to be gone (well within the host's grace)."""
+
+
+def kill_leftovers(pgid, kill_all):
+    """Kill what the block left (its process group ``pgid``; with ``kill_all`` every process we may signal but
+    ourselves and init) and return once none of it is alive: a SIGKILL only marks a process for death, and one that
+    has not run since (on a busy machine) still runs, and shows in ``/proc`` with its command line, when the next
+    block starts. So: kill, reap, look for a survivor that is not a zombie, and again (a survivor may have forked
+    meanwhile), until there is none or :data:`CLEAN_UP_S` has passed."""
+    deadline, pause = time.monotonic() + CLEAN_UP_S, 0.0005
+    while True:
+        kill_group(pgid)
+        if kill_all:
+            try:
+                os.kill(-1, signal.SIGKILL)  # every process we may signal, except ourselves and the namespace's init
+            except OSError:
+                pass
+        reap()
+        if not any_alive(pgid, kill_all) or time.monotonic() > deadline:
+            return
+        time.sleep(pause)
+        pause = min(2 * pause, 0.02)
+
+
+def reap():
+    """Reap our own children that have exited (the block's orphans are init's to reap)."""
+    while True:
         try:
             if os.waitpid(-1, os.WNOHANG) == (0, 0):
                 break
         except ChildProcessError:
             break
+
+
+def any_alive(pgid, kill_all):
+    """Whether a process of the group ``pgid`` (with ``kill_all``: any process we may signal, but ourselves and
+    init) is alive; zombies are dead, whoever has yet to reap them."""
+    if not kill_all:
+        try:
+            os.killpg(pgid, 0)
+        except OSError:
+            return False  # no such group (ESRCH) left at all: the common case, without reading /proc
+    me = os.getpid()
+    for name in os.listdir("/proc"):  # in a PID namespace (kill_all), only the sandbox's own processes
+        if not name.isdigit() or int(name) in (1, me):
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold anything
+            if fields[0] in (b"Z", b"X") or (not kill_all and int(fields[2]) != pgid):
+                continue
+            if kill_all:
+                os.kill(int(name), 0)  # ours to kill? (PermissionError: another user's, e.g. the container's init)
+        except (OSError, IndexError, ValueError):
+            continue
+        return True
+    return False
 
 
 def limit(res, value):

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -17,9 +18,9 @@ import time
 
 import pytest
 
-from sandboxes import UnsafeFileError, make_sandbox
+from sandboxes import Limits, UnsafeFileError, make_sandbox
 
-from .support import BWRAP_SKIP, DOCKER_SKIP
+from .support import BWRAP_SKIP, DOCKER_SKIP, backend_param
 
 # ------------------------------------------------------------------ host file access against a parent-swap race
 SWAP = """
@@ -199,3 +200,66 @@ def test_bubblewrap_filter_answers_unknown_calls_with_enosys():
     got = json.loads(r.stdout)
     unknown = ("unassigned number", "fchmodat2 (on no list)", "cachestat (on no list)", "clone3")
     assert got == {name: "ENOSYS" if name in unknown else "EPERM" for name in calls}, got
+
+
+# ------------------------------------------------------------------ warm workers: nothing of a block runs on after it
+FORKING_BLOCK = """
+import subprocess
+subprocess.Popen(['sh', '-c', 'for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep {tag} & done; sleep {tag}'])
+print('started')
+"""
+
+
+def _running(tag: str) -> list[int]:
+    """Pids (as the host sees them) of the processes running ``sleep <tag>`` that have not exited: zombies are
+    dead, whoever has yet to reap them."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:2] != [b"sleep", tag.encode()]:
+                    continue
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                    found.append(int(name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize(
+    ("backend", "rounds"),
+    [
+        backend_param("subprocess", "subprocess", 200),
+        backend_param("bubblewrap", "bubblewrap", 200),
+        backend_param("docker", "docker", 100),
+    ],
+)
+def test_warm_block_leaves_nothing_running_under_load(backend, rounds):
+    """A warm block whose shell is still forking background processes when the block ends, on a machine kept busy:
+    once ``run`` returns, none of them still runs. (A SIGKILL only marks a process for death; the worker used to
+    answer at once, and on a busy machine a killed process had often not run since, and still ran, command line
+    and all, when the next block started.)"""
+    tag = str(10**7 + secrets.randbelow(9 * 10**7))
+    sandbox = make_sandbox(backend, limits=Limits(timeout_s=5.0, pids=64), mode="warm", preload=())
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    survived, done, start = [], 0, time.monotonic()
+    try:
+        with sandbox.session() as s:
+            while done < rounds and time.monotonic() - start < 25:
+                r = s.run(FORKING_BLOCK.format(tag=tag))
+                assert r.ok and r.stdout == "started\n", r
+                if running := _running(tag):
+                    survived.append((done, len(running)))
+                done += 1
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+        for pid in _running(tag):  # whatever happened, nothing of this test's sleeps outlives it
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert not survived, f"still running after {len(survived)} of {done} blocks (block, processes): {survived[:10]}"
+    assert done >= min(rounds, 20), f"only {done} blocks in 25 s"
