@@ -25,6 +25,11 @@ counts every process of a user, so when the host runs as root each session gets 
 workspace is handed to it); a non-root host runs every session as itself, and then ``pids`` is shared with the
 user's other processes unless the cgroup holds it.
 
+PID 1 of the sandbox is our launcher (``bwrap --as-pid-1``: no init of bwrap's, which would be dumpable and of the
+code's uid, so that a block could write its memory through ``/proc/1/mem``): it makes itself non-dumpable, sets the
+rlimits in the block it forks (or starts the warm worker, itself non-dumpable once it serves), reaps orphans and
+reports the block's wait status on a pipe of the host's. Signals from inside the namespace do not reach it.
+
 Background processes die with the PID namespace when the block (fresh mode) ends; in warm mode the worker kills
 every other process of the sandbox user after each block.
 """

@@ -8,7 +8,8 @@ a version (:data:`IMAGE_VERSION`): change the package list, bump it. An existing
     python -m sandboxes build [--force] [--mirror URL] [--rootfs-only]
 
 The rootfs is kept under ``/var/lib/mappa-envs/sandbox-rootfs/`` (root) or ``$MAPPA_CACHE/sandbox-rootfs/`` (default
-``~/.cache/mappa-envs``): the bubblewrap backend runs in it, and the Docker image is made from it.
+``~/.cache/mappa-envs``; a user without one there uses root's): the bubblewrap backend runs in it, and the Docker
+image is made from it. ``$MAPPA_SANDBOX_ROOTFS`` names another.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def host_debian_mirror() -> str:
     raise RuntimeError("no Debian mirror found in the host's apt sources; pass mirror=...")
 
 
+SYSTEM_DIR = Path("/var/lib/mappa-envs")
+"""Root's place for the rootfs (see :func:`rootfs_dir`)."""
+
+
 def cache_dir() -> Path:
     return Path(os.environ.get("MAPPA_CACHE", Path.home() / ".cache" / "mappa-envs"))
 
@@ -51,12 +56,19 @@ def rootfs_dir(version: str = IMAGE_VERSION) -> Path:
     """Where the sandbox rootfs is kept (the bubblewrap backend runs in it; the Docker image is made from it).
 
     ``$MAPPA_SANDBOX_ROOTFS`` overrides it. For root the default is under ``/var/lib/mappa-envs``, a path the
-    unprivileged sandbox users can traverse (``/root`` is closed to them); otherwise under the user's cache.
+    unprivileged sandbox users can traverse (``/root`` is closed to them); otherwise under the user's cache, or, where
+    that has none and root built one (``make sandbox``), root's: building it needs root anyway.
     """
     if env := os.environ.get("MAPPA_SANDBOX_ROOTFS"):
         return Path(env)
-    base = Path("/var/lib/mappa-envs") if os.geteuid() == 0 else cache_dir()
-    return base / "sandbox-rootfs" / f"{SUITE}-py3-v{version}"
+    name = Path("sandbox-rootfs") / f"{SUITE}-py3-v{version}"
+    system = SYSTEM_DIR / name
+    if os.geteuid() == 0:
+        return system
+    own = cache_dir() / name
+    if not (own / "usr/bin/python3").exists() and (system / "usr/bin/python3").exists():
+        return system
+    return own
 
 
 def build_rootfs(*, force: bool = False, mirror: str | None = None) -> Path:

@@ -2,7 +2,9 @@
 
 The executed code runs as the current user, with the host's filesystem and network. It gets a clean
 environment (no host variables, so API keys are not inherited), its own process group (killed after each
-execution, background children included), and rlimits on address space, CPU time and file size. Use it for
+execution, background children included), and rlimits on address space, CPU time and file size. Its parent is a
+throwaway launcher, not the host program: a block that stops or kills its parent cannot hang the host (it can
+still reach the host by its pid: nothing here isolates). Use it for
 development and for trusted code; use the Docker or bubblewrap backends for anything an LLM wrote at scale.
 
 :class:`ProcessSession` holds what every process-launching backend shares (fresh and warm execution, output

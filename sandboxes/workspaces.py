@@ -48,23 +48,34 @@ def owner_record() -> dict[str, Any]:
 def remove_tree(path: Path) -> None:
     """Remove a folder the host owns, whatever the code inside left in it: read-only sub-folders, symlinks, a tree
     too deep for Python's recursion (``rm -rf --one-file-system`` then: iterative, never follows links)."""
-    try:
-        shutil.rmtree(path, ignore_errors=True)
-        if os.path.lexists(path):
-            for dirpath, dirnames, _ in os.walk(path):
-                for d in dirnames:
-                    p = os.path.join(dirpath, d)
-                    if os.path.islink(p):
-                        continue
-                    try:
-                        os.chmod(p, 0o700)
-                    except OSError:
-                        pass
+    for attempt in (1, 2):
+        try:
             shutil.rmtree(path, ignore_errors=True)
-    except RecursionError:
-        pass
+        except RecursionError:
+            pass
+        if not os.path.lexists(path) or attempt == 2:
+            break
+        _open_folders(path)  # a non-root host cannot empty a folder the code made read-only: open them all first
     if os.path.lexists(path):
         subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, check=False)
+
+
+def _open_folders(path: Path) -> None:
+    """``chmod 0o700`` every folder under ``path`` (without following links, without recursion: trees can be deep)."""
+    stack = [str(path)]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        try:
+                            os.chmod(entry.path, 0o700)  # not a link (checked); the code no longer runs
+                        except OSError:
+                            pass
+                        stack.append(entry.path)
+        except OSError:
+            pass
 
 
 def _orphaned(entry: os.DirEntry) -> bool:

@@ -8,6 +8,8 @@
   included): ``session.run`` returns within the timeout plus the grace period. These cases run in a child process,
   so that a defect stops that child, not the test session.
 - rlimits a host cannot grant (its hard limit is lower) are refused when the sandbox is made, with what to change.
+- Whatever the code leaves in the workspace (a private file, a read-only folder holding files), the host can read
+  and remove, root or not (scripts/test_unprivileged.sh runs this module as a user who is not root).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from sandboxes import ExecStatus, Limits, make_sandbox
 
 from .support import BWRAP_SKIP, DOCKER_SKIP
 
-TIMEOUT = 2.0
+TIMEOUT = 3.0
 GRACE_S = 5.0  # the backends' grace period (sandboxes.*_backend.GRACE_S)
 LIMITS = Limits(timeout_s=TIMEOUT, memory_mb=256, pids=64, output_bytes=8192)
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,3 +181,30 @@ def test_an_rlimit_over_the_hosts_hard_limit_is_refused_with_what_to_change(back
     assert "RLIMIT_NOFILE" in error and "256" in error and "64" in error and "ulimit" in error, got
     got = _run_driver(RLIMIT_DRIVER, backend, "32", limit_s=60)  # within it: blocks run, with the limit asked for
     assert got.get("status") == "ok" and got["stdout"] == "(32, 32)\n", got
+
+
+@pytest.mark.parametrize(("backend", "mode"), EVERY)
+def test_the_host_reads_and_removes_whatever_the_code_leaves(backend, mode):
+    """Files the code makes private and folders it makes read-only (a non-root host once could neither read nor
+    remove those of a Docker sandbox: they were another uid's, and the workspace leaked)."""
+    sb = make_sandbox(backend, limits=LIMITS, mode=mode, preload=())
+    try:
+        s = sb.session()
+        r = s.run(
+            "import os\n"
+            "open('private.txt', 'w').write('mine')\n"
+            "os.chmod('private.txt', 0o600)\n"
+            "os.makedirs('ro/inner')\n"
+            "open('ro/inner/f.txt', 'w').write('deep')\n"
+            "os.chmod('ro/inner', 0o500)\n"
+            "os.chmod('ro', 0o500)\n"
+            "print('made')"
+        )
+        assert r.ok and r.stdout == "made\n", r
+        assert s.read_file("private.txt") == b"mine"
+        assert s.read_file("ro/inner/f.txt") == b"deep"
+        root = s.root
+        s.close()
+        assert not root.exists(), sorted(str(p) for p in root.rglob("*"))
+    finally:
+        sb.close()
