@@ -68,6 +68,7 @@ def test_host_file_access_never_follows_a_parent_swapped_for_a_symlink(tmp_path)
         finally:
             swapper.kill()
             swapper.wait()
+            swapper.stdout.close()
         assert swapper.returncode == -signal.SIGKILL, "the swapping process stopped early"
         leaked = reads.count(b"OUTSIDE")
         assert (leaked, escaped) == (0, 0), f"{leaked} reads of the host file, {escaped} writes into the host folder"
