@@ -15,31 +15,19 @@ from __future__ import annotations
 import abc
 import atexit
 import enum
-import errno
 import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import tempfile
-import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .files import (
-    _O_SAFE,
-    FileChange,
-    UnsafeFileError,
-    _refuse_unsafe,
-    diff_snapshots,
-    open_folder,
-    snapshot,
-    workspace_parts,
-)
+from .files import FileChange, diff_snapshots, read_file, snapshot, write_file
 from .workspaces import OWNER_FILE, SESSION_PREFIX, owner_record, reap_once, remove_tree
 
 
@@ -256,44 +244,7 @@ class Session(abc.ABC):
         workspace (absolute, ``..``) and symlinks anywhere on the path (never followed, even one swapped in
         meanwhile: :func:`~sandboxes.files.open_folder`); never blocks on, or writes through, what the code left
         there (a named pipe, a socket, a hard link to another file: that entry is replaced by a new file)."""
-        parts = workspace_parts(relpath)
-        if parts is None:
-            raise UnsafeFileError(f"path escapes the workspace: {relpath!r}")
-        payload = data.encode() if isinstance(data, str) else data
-        rel, name = "/".join(parts), parts[-1]
-        folder = open_folder(self.workspace, parts[:-1], relpath, "write", create=True)
-        try:
-            try:
-                st = os.lstat(name, dir_fd=folder)
-            except FileNotFoundError:
-                st = None
-            if st is not None and stat.S_ISDIR(st.st_mode):
-                raise UnsafeFileError(f"{rel} is a directory: it is not overwritten")
-            if st is not None and stat.S_ISLNK(st.st_mode):
-                raise UnsafeFileError(
-                    f"{rel} is a symbolic link: it is not written through (symlinks are not followed)"
-                )
-            if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):
-                os.unlink(name, dir_fd=folder)
-            try:  # no O_TRUNC: a hard link swapped in now is refused below, not emptied
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | _O_SAFE, 0o644, dir_fd=folder)
-            except OSError as e:  # a link (ELOOP), a pipe without reader (ENXIO) or a folder swapped in
-                if e.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-                    raise
-                raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not written") from None
-        finally:
-            os.close(folder)
-        try:
-            fst = os.fstat(fd)
-            if not stat.S_ISREG(fst.st_mode) or fst.st_nlink > 1:
-                raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not written")
-            os.ftruncate(fd, 0)
-            os.set_blocking(fd, True)
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
+        write_file(self.workspace, relpath, data)
 
     def read_file(self, relpath: str, max_bytes: int = 64 * 1024 * 1024, timeout_s: float = 30.0) -> bytes:
         """Read a workspace file on the host, safely and without ever blocking.
@@ -305,44 +256,7 @@ class Session(abc.ABC):
         ``max_bytes`` raise :class:`ValueError` before any byte is read, and so does a read that takes longer than
         ``timeout_s``. A missing file raises :class:`FileNotFoundError`.
         """
-        parts = workspace_parts(relpath)
-        if parts is None:
-            raise UnsafeFileError(f"refusing to read {relpath!r}: it leaves the workspace")
-        rel, name = "/".join(parts), parts[-1]
-        too_big = f"{rel} is {{}} bytes, over the {max_bytes}-byte limit"
-        folder = open_folder(self.workspace, parts[:-1], relpath, "read")
-        try:
-            st = os.lstat(name, dir_fd=folder)
-            _refuse_unsafe(rel, st)
-            if st.st_size > max_bytes:
-                raise ValueError(too_big.format(st.st_size))
-            try:  # O_NONBLOCK: a pipe swapped in now cannot block us either
-                fd = os.open(name, os.O_RDONLY | _O_SAFE, dir_fd=folder)
-            except OSError as e:
-                if e.errno != errno.ELOOP:
-                    raise
-                raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not read") from None
-        finally:
-            os.close(folder)
-        try:
-            fst = os.fstat(fd)
-            _refuse_unsafe(rel, fst)
-            if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
-                raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not read")
-            chunks, size, deadline = [], 0, time.monotonic() + timeout_s
-            while size <= max_bytes:
-                chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if time.monotonic() > deadline:
-                    raise ValueError(f"reading {rel} took more than {timeout_s:g}s")
-        finally:
-            os.close(fd)
-        if size > max_bytes:
-            raise ValueError(too_big.format(f"more than {max_bytes}"))
-        return b"".join(chunks)
+        return read_file(self.workspace, relpath, max_bytes, timeout_s)
 
     def close(self) -> None:
         """Release the backend's resources and remove the workspace (unless ``keep_workspace``)."""

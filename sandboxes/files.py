@@ -1,14 +1,15 @@
 """Workspace files as the host sees them: what one execution changed (:func:`snapshot`, :func:`diff_snapshots`), what
-a file is (:func:`file_kind`), and the refusal to touch anything but a regular, singly linked file
-(:class:`UnsafeFileError`): a named pipe, a socket, a link or a hard link to a host file never blocks or leaks, and
-the folders on the way are walked by descriptor (:func:`open_folder`), so code that swaps one for a link meanwhile
-leads the host nowhere."""
+a file is (:func:`file_kind`), and the host's own reads and writes (:func:`read_file`, :func:`write_file`), which
+refuse to touch anything but a regular, singly linked file (:class:`UnsafeFileError`): a named pipe, a socket, a
+link or a hard link to a host file never blocks or leaks, and the folders on the way are walked by descriptor
+(:func:`open_folder`), so code that swaps one for a link meanwhile leads the host nowhere."""
 
 from __future__ import annotations
 
 import errno
 import os
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -147,3 +148,85 @@ def open_folder(root: Path, parts: tuple[str, ...], relpath: str, verb: str, cre
         os.close(fd)
         raise
     return fd
+
+
+def write_file(root: Path, relpath: str, data: bytes | str) -> None:
+    """:meth:`sandboxes.base.Session.write_file` in the workspace ``root``."""
+    parts = workspace_parts(relpath)
+    if parts is None:
+        raise UnsafeFileError(f"path escapes the workspace: {relpath!r}")
+    payload = data.encode() if isinstance(data, str) else data
+    rel, name = "/".join(parts), parts[-1]
+    folder = open_folder(root, parts[:-1], relpath, "write", create=True)
+    try:
+        try:
+            st = os.lstat(name, dir_fd=folder)
+        except FileNotFoundError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise UnsafeFileError(f"{rel} is a directory: it is not overwritten")
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise UnsafeFileError(f"{rel} is a symbolic link: it is not written through (symlinks are not followed)")
+        if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_nlink > 1):
+            os.unlink(name, dir_fd=folder)
+        try:  # no O_TRUNC: a hard link swapped in now is refused below, not emptied
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | _O_SAFE, 0o644, dir_fd=folder)
+        except OSError as e:  # a link (ELOOP), a pipe without reader (ENXIO) or a folder swapped in
+            if e.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                raise
+            raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not written") from None
+    finally:
+        os.close(folder)
+    try:
+        fst = os.fstat(fd)
+        if not stat.S_ISREG(fst.st_mode) or fst.st_nlink > 1:
+            raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not written")
+        os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def read_file(root: Path, relpath: str, max_bytes: int, timeout_s: float) -> bytes:
+    """:meth:`sandboxes.base.Session.read_file` in the workspace ``root``."""
+    parts = workspace_parts(relpath)
+    if parts is None:
+        raise UnsafeFileError(f"refusing to read {relpath!r}: it leaves the workspace")
+    rel, name = "/".join(parts), parts[-1]
+    too_big = f"{rel} is {{}} bytes, over the {max_bytes}-byte limit"
+    folder = open_folder(root, parts[:-1], relpath, "read")
+    try:
+        st = os.lstat(name, dir_fd=folder)
+        _refuse_unsafe(rel, st)
+        if st.st_size > max_bytes:
+            raise ValueError(too_big.format(st.st_size))
+        try:  # O_NONBLOCK: a pipe swapped in now cannot block us either
+            fd = os.open(name, os.O_RDONLY | _O_SAFE, dir_fd=folder)
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise
+            raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not read") from None
+    finally:
+        os.close(folder)
+    try:
+        fst = os.fstat(fd)
+        _refuse_unsafe(rel, fst)
+        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+            raise UnsafeFileError(f"{rel} was replaced while it was opened: it is not read")
+        chunks, size, deadline = [], 0, time.monotonic() + timeout_s
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if time.monotonic() > deadline:
+                raise ValueError(f"reading {rel} took more than {timeout_s:g}s")
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise ValueError(too_big.format(f"more than {max_bytes}"))
+    return b"".join(chunks)
