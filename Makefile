@@ -28,8 +28,10 @@ sandbox: setup
 demo: setup
 	$(BIN)/mappa train --preset demo
 
+# Two workers (pytest-xdist): the Ray trainer runs one after the other on one, the other modules beside them (each
+# module on one worker: tests/conftest.py); the slowest tests are listed at the end.
 test: setup sandbox
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"

@@ -68,11 +68,58 @@ def stored_episodes():
 REAL_CONTAINER = ("docker", "bubblewrap")
 
 
+RAY_CLUSTER = (
+    "tests/test_ray_trainer.py",
+    "tests/test_multinode.py",
+    "tests/test_extension.py::test_mappa_ablate_compares_a_plug_in_with_a_built_in",
+    "tests/test_console.py::test_train_console_shows_the_summary_and_progress_and_the_logs_go_to_files",
+)
+"""Tests that start a Ray cluster and the trainer's engines and ranks: under ``pytest -n`` (``make test``) they run
+one after the other on one worker, each with the machine's memory to itself but for the lighter tests beside it."""
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests that start real containers (a Docker or bubblewrap sandbox: the marker ``docker``, or a parameter id
-    naming the backend) are ``slow``: ``make test-fast`` leaves them to ``make test``."""
+    naming the backend) are ``slow``: ``make test-fast`` leaves them to ``make test``.
+
+    For pytest-xdist's ``--dist loadgroup`` (``make test``): the Ray trainer runs form one group, every other module
+    is a group of its own (its module-scoped fixtures, a ``vllm serve``, a trained model, a sandbox per backend, are
+    then set up once, on one worker)."""
     for item in items:
+        nodeid = item.nodeid.split("[")[0]
+        ray = any(nodeid == name or nodeid.startswith(name + "::") for name in RAY_CLUSTER)
+        item.add_marker(pytest.mark.xdist_group("ray-cluster" if ray else item.nodeid.split("::")[0]))
         callspec = getattr(item, "callspec", None)
         ids = callspec.id.split("-") if callspec is not None else []
         if item.get_closest_marker("docker") or any(backend in ids for backend in REAL_CONTAINER):
             item.add_marker(pytest.mark.slow)
+
+
+def _machine_cpu_seconds() -> float:
+    """CPU seconds all cores of the machine spent busy since boot (``/proc/stat``), for the per-test profile."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ``MAPPA_TEST_PROFILE=FILE``: one JSON line per test (wall seconds, busy CPU seconds of the whole machine)
+    appended as it ends, to see where the suite's time goes and how much of it waits instead of computing."""
+    path = os.environ.get("MAPPA_TEST_PROFILE")
+    if not path:
+        yield
+        return
+    import json
+    import time
+
+    t0, c0 = time.monotonic(), _machine_cpu_seconds()
+    yield
+    row = {
+        "test": item.nodeid,
+        "wall_s": round(time.monotonic() - t0, 2),
+        "cpu_s": round(_machine_cpu_seconds() - c0, 2),
+    }
+    with open(path, "a") as f:
+        f.write(json.dumps(row) + "\n")

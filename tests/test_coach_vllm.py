@@ -96,7 +96,7 @@ def test_rescore_through_vllm_serve_per_action_and_hindsight_and_resume(vllm_url
     from mappa_envs.coach import LLMCoach, OpenAIChatBackend, rescore
     from mappa_envs.core import read_jsonl
 
-    records = stored_episodes(tmp_path / "episodes.jsonl", n=3)
+    records = stored_episodes(tmp_path / "episodes.jsonl", n=2)
     total = sum(len(r.actions) for r in records)
 
     def llm():
@@ -109,7 +109,7 @@ def test_rescore_through_vllm_serve_per_action_and_hindsight_and_resume(vllm_url
     assert scored == 5
     again = CountingCoach(llm())
     stats = rescore(tmp_path / "episodes.jsonl", again, tmp_path / "llm", concurrency=2, log=lambda _: None)
-    assert again.calls == total - scored and stats.reused == scored and stats.episodes == 3
+    assert again.calls == total - scored and stats.reused == scored and stats.episodes == 2
     for rec in read_jsonl(tmp_path / "llm" / "trajectories.jsonl"):
         for act in rec.actions:
             new, old = act.info["rescored"], act.info["coach"]
@@ -120,7 +120,7 @@ def test_rescore_through_vllm_serve_per_action_and_hindsight_and_resume(vllm_url
     argv = ["rescore", str(tmp_path / "episodes.jsonl"), "--coach", spec, "--out", str(tmp_path / "hs")]
     assert main(argv) == 0
     summary = json.loads((tmp_path / "hs" / "summary.json").read_text())
-    assert summary["calls"] == total and summary["requests"] == 3 and summary["episodes"] == 3
+    assert summary["calls"] == total and summary["requests"] == 2 and summary["episodes"] == 2
     for rec in read_jsonl(tmp_path / "hs" / "trajectories.jsonl"):
         evals = [a.info["rescored"] for a in rec.actions]
         assert all(e["backend"] == f"hindsight:openai:smol@{vllm_url}" for e in evals)
