@@ -31,7 +31,7 @@ demo: setup
 # Two workers (pytest-xdist): the Ray trainer runs one after the other on one, the other modules beside them (each
 # module on one worker: tests/conftest.py); the slowest tests are listed at the end.
 test: setup sandbox
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
+	$(BIN)/python -m pytest -n 2 --durations=25
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"

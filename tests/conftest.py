@@ -74,21 +74,47 @@ RAY_CLUSTER = (
     "tests/test_extension.py::test_mappa_ablate_compares_a_plug_in_with_a_built_in",
     "tests/test_console.py::test_train_console_shows_the_summary_and_progress_and_the_logs_go_to_files",
 )
-"""Tests that start a Ray cluster and the trainer's engines and ranks: under ``pytest -n`` (``make test``) they run
-one after the other on one worker, each with the machine's memory to itself but for the lighter tests beside it."""
+"""Tests that start a Ray cluster and the trainer's engines and ranks: under ``pytest -n`` (``make test``) they form
+one group, run one after the other on one worker, while the other worker takes the rest."""
+LONGEST_FIRST = (
+    "ray-cluster",
+    "tests/test_coach_vllm.py",
+    "tests/test_run_bundled_model.py",
+    "tests/test_sandbox_hostile.py",
+    "tests/test_dsbench.py",
+)
+"""The groups that take longest (``--durations`` of a full run), handed out first: the run ends when the longest
+group does, not when a long group started last does."""
+
+
+def group_of(nodeid: str) -> str:
+    """The unit a worker takes whole: ``ray-cluster`` for :data:`RAY_CLUSTER`, else the test's module (its
+    module-scoped fixtures - a ``vllm serve``, a trained model, a sandbox per backend - are then set up once)."""
+    bare = nodeid.split("[")[0]
+    if any(bare == name or bare.startswith(name + "::") for name in RAY_CLUSTER):
+        return "ray-cluster"
+    return nodeid.split("::")[0]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist (``make test``: ``-n 2``) hands out :func:`group_of` units, in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    config.option.loadscopereorder = False  # keep LONGEST_FIRST's order (not "most tests first")
+    return GroupScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
     """Tests that start real containers (a Docker or bubblewrap sandbox: the marker ``docker``, or a parameter id
-    naming the backend) are ``slow``: ``make test-fast`` leaves them to ``make test``.
-
-    For pytest-xdist's ``--dist loadgroup`` (``make test``): the Ray trainer runs form one group, every other module
-    is a group of its own (its module-scoped fixtures, a ``vllm serve``, a trained model, a sandbox per backend, are
-    then set up once, on one worker)."""
+    naming the backend) are ``slow``: ``make test-fast`` leaves them to ``make test``. The groups of
+    :data:`LONGEST_FIRST` are collected first, in that order (each group's tests keep theirs)."""
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
     for item in items:
-        nodeid = item.nodeid.split("[")[0]
-        ray = any(nodeid == name or nodeid.startswith(name + "::") for name in RAY_CLUSTER)
-        item.add_marker(pytest.mark.xdist_group("ray-cluster" if ray else item.nodeid.split("::")[0]))
         callspec = getattr(item, "callspec", None)
         ids = callspec.id.split("-") if callspec is not None else []
         if item.get_closest_marker("docker") or any(backend in ids for backend in REAL_CONTAINER):
