@@ -29,6 +29,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="the arms, comma-separated: coach (REINFORCE++ with the coach), outcome (outcome-only, no coach), grpo, "
         "or any registered estimator (built-in or plug-in, trained with the preset's coach); default %(default)s",
     )
+    p.add_argument("--trainer", default=None, choices=("ray", "local"), help="for every arm (default: the preset's)")
     p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--verbose", action="store_true", help="passed to every arm's `mappa train`")
@@ -125,6 +126,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             ("--iterations", args.iterations),
             ("--samples-per-prompt", args.samples_per_prompt),
             ("--prompts-per-iteration", args.prompts_per_iteration),
+            ("--trainer", args.trainer),
         ):
             if value is not None:
                 argv += [flag, str(value)]
