@@ -1,4 +1,5 @@
-"""Every ```python sample of docs/*.md runs (the samples of one page in order, in one namespace)."""
+"""Every ```python sample of docs/*.md runs (the samples of one page in order, in one namespace), and every relative
+link of README.md and docs/**/*.md leads to a file (and heading) that exists."""
 
 import os
 import re
@@ -6,14 +7,23 @@ from pathlib import Path
 
 import pytest
 
-DOCS = sorted((Path(__file__).resolve().parents[1] / "docs").glob("*.md"))
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = sorted((ROOT / "docs").glob("*.md"))
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
 def test_docs_exist():
     names = {p.name for p in DOCS}
-    assert {"quickstart.md", "concepts.md", "adding-a-task.md", "coach.md", "training.md", "results.md",
-            "benchmarking.md"} <= names  # fmt: skip
+    pages = {
+        "quickstart.md",
+        "concepts.md",
+        "adding-a-task.md",
+        "coach.md",
+        "training.md",
+        "results.md",
+        "benchmarking.md",
+    }
+    assert pages <= names
 
 
 @pytest.mark.parametrize("page", DOCS, ids=[p.name for p in DOCS])
@@ -61,3 +71,81 @@ def test_the_tutorial_shows_the_code_the_package_runs():
     missing = sorted(set(module) - set(renamed))
     differ = sorted(k for k in module if k in renamed and renamed[k] != module[k])
     assert not missing and not differ, f"the tutorial lacks {missing} and differs from the module in {differ}"
+
+
+LINKED_PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+FENCED = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[^\n]*$", re.DOTALL | re.MULTILINE)
+INLINE_CODE = re.compile(r"(?<!`)(`+)(?!`)(?:(?!\n[ \t]*\n).)+?(?<!`)\1(?!`)", re.DOTALL)
+"""A code span: a run of backticks up to the next run of the same length, within one paragraph."""
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE = re.compile(r"^[ \t]*\[[^\]\n]+\]:[ \t]*<?(\S+?)>?(?:[ \t]+\"[^\"\n]*\")?[ \t]*$", re.MULTILINE)
+HEADING = re.compile(r"^#{1,6}[ \t]+(.*?)[ \t#]*$", re.MULTILINE)
+
+
+def _blank(match: re.Match) -> str:
+    """The match with every character but its line breaks replaced by a space (line numbers and offsets kept)."""
+    return re.sub(r"[^\n]", " ", match.group(0))
+
+
+def _prose(page: Path) -> str:
+    """The page's text with fenced code blocks blanked (a link in a code sample is not a link)."""
+    return FENCED.sub(_blank, page.read_text())
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's ids of the page's headings: lower case, punctuation dropped, spaces as hyphens, repeats numbered."""
+    seen: dict[str, int] = {}
+    for text in HEADING.findall(_prose(page)):
+        text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # a link in a heading: its text
+        slug = re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+    return {slug if i == 0 else f"{slug}-{i}" for slug, count in seen.items() for i in range(count + 1)}
+
+
+def broken_links(page: Path, root: Path = ROOT) -> list[str]:
+    """``file:line: target (why)`` for each relative link of ``page`` (inline, image or reference definition, outside
+    code) whose file or heading does not exist, or that leaves ``root``; web and mail links are not followed."""
+    text = INLINE_CODE.sub(_blank, _prose(page))
+    found = sorted((m.start(1), m.group(1)) for pattern in (LINK, REFERENCE) for m in pattern.finditer(text))
+    broken = []
+    for offset, target in found:
+        if re.match(r"[a-z][a-z0-9+.-]*:", target, re.IGNORECASE):  # http:, https:, mailto:...
+            continue
+        path, _, anchor = target.partition("#")
+        where = f"{page.relative_to(root)}:{text.count(chr(10), 0, offset) + 1}: {target}"
+        file = (page.parent / path).resolve() if path else page
+        if not file.is_relative_to(root):
+            broken.append(f"{where} (outside the repository: a clone does not have it)")
+        elif not file.exists():
+            broken.append(f"{where} (no such file)")
+        elif anchor and file.suffix == ".md" and anchor.lower() not in _anchors(file):
+            broken.append(f"{where} (no such heading in {file.relative_to(root)})")
+    return broken
+
+
+def test_relative_links_resolve():
+    broken = [b for page in LINKED_PAGES for b in broken_links(page)]
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_the_link_check_finds_a_missing_file_and_heading(tmp_path):
+    page = tmp_path / "page.md"
+    (tmp_path / "there.md").write_text("# A heading, with `code`\n")
+    page.write_text(
+        "# Top\n"
+        "[ok](there.md) [ok](there.md#a-heading-with-code) [ok](#top) [web](https://example.org/x)\n"
+        "[gone](missing.md) ![gone](img/missing.png)\n"
+        "[bad anchor](there.md#nowhere) `[in code](missing.md)` [a link\nover two lines](gone.md)\n"
+        "```\n[in a fence](missing.md)\n```\n"
+        "[ref]: missing-too.md\n"
+        "a lone ```python in prose\n\n[after it](missing-three.md) [out](../elsewhere.md)\n"
+    )
+    assert broken_links(page, root=tmp_path) == [
+        "page.md:3: missing.md (no such file)",
+        "page.md:3: img/missing.png (no such file)",
+        "page.md:4: there.md#nowhere (no such heading in there.md)",
+        "page.md:5: gone.md (no such file)",
+        "page.md:9: missing-too.md (no such file)",
+        "page.md:12: missing-three.md (no such file)",
+        "page.md:12: ../elsewhere.md (outside the repository: a clone does not have it)",
+    ]
