@@ -126,7 +126,7 @@ def _check_eval(cfg: TrainConfig) -> Check | None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a split the task does not have is reported by the trainer
-                kwargs = heldout_env_kwargs(cfg.env_id, cfg.env_kwargs, split)
+                kwargs = heldout_env_kwargs(cfg.env_id, cfg.env_kwargs, split, unseal=cfg.unseal_test)
             _, n_tasks = _probe_env(cfg.env_id, kwargs)
         except Exception as e:
             return Check("eval", False, f"no held-out tasks for {split!r}: {type(e).__name__}: {e}")

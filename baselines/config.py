@@ -117,6 +117,9 @@ class TrainConfig:
     DSBench's ``train`` -> ``eval``)."""
     eval_extra_splits: tuple[str, ...] = ()
     """More held-out splits evaluated beside ``eval_split`` (the paper's MathChat: AMC-32 beside AIME-32)."""
+    unseal_test: bool = False
+    """Evaluate a sealed test split (``eval_split`` or an extra one; :mod:`mappa_envs.sealed`): only in a
+    pre-registered run; every evaluation is logged to the access log."""
     eval_samples: int = 1
     """Samples per held-out problem (accuracy is their mean, as the reference's ``eval_aggregation="mean"``)."""
     eval_episodes: int = 0
@@ -215,3 +218,19 @@ class TrainConfig:
         if self.dtype != "auto":
             return self.dtype
         return "bfloat16" if self.resolved_device() == "cuda" else "float32"
+
+
+def config_record(cfg: TrainConfig) -> dict[str, Any]:
+    """A run's ``config.json``: every field, and ``reward_information``, what its reward sees
+    (:mod:`mappa_envs.coach.information`: ``outcome`` for an outcome-only estimator or no coach, else the coach's)."""
+    from dataclasses import asdict
+
+    from mappa_envs.coach.information import reward_information
+
+    from .advantages import uses_process_reward
+
+    try:
+        process = uses_process_reward(cfg.estimator)
+    except (KeyError, ValueError):  # an estimator not registered here: the checks report it
+        process = True
+    return {**asdict(cfg), "reward_information": reward_information(cfg.coach, process)}

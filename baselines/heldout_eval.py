@@ -32,10 +32,11 @@ def evaluate_heldout(
     :class:`mappa_envs.heldout.NoHeldOutTasks` when the task declares none."""
     from mappa_envs.heldout import heldout_env_kwargs
     from mappa_envs.metrics import accuracy, role_behaviour, role_stats
+    from mappa_envs.sealed import log_access
 
     k = samples or cfg.eval_samples
-    kwargs = heldout_env_kwargs(cfg.env_id, cfg.env_kwargs, split)
-    episodes, tool_role = _probe_heldout(cfg.env_id, kwargs, episodes)
+    kwargs = heldout_env_kwargs(cfg.env_id, cfg.env_kwargs, split, unseal=cfg.unseal_test)
+    episodes, tool_role, categories = _probe_heldout(cfg.env_id, kwargs, episodes)
     t0 = time.perf_counter()
     records = run_episodes(
         lambda: mappa_envs.make(cfg.env_id, **kwargs),
@@ -46,6 +47,8 @@ def evaluate_heldout(
         reset_options=lambda i: {"task_index": i // k},
     )
     correct, n = accuracy(records)
+    if kwargs.get("unseal"):
+        log_access(cfg.env_id, kwargs["split"], episodes=n, correct=correct, result_file=f"{cfg.out_dir}/eval.json")
     stats = role_stats(records)
     ce = stats.get(tool_role) if tool_role else None
     quality = [r.quality for r in records if r.quality is not None]
@@ -63,21 +66,26 @@ def evaluate_heldout(
         "tool_success_rate": ce.tool_success_rate if ce else 0.0,
         "behaviour": role_behaviour(records),
         "task_ids": [r.task_id for r in records],
+        # per episode: its problem's category (a MathChat arithmetic problem's operations), for per-category tables
+        "categories": [categories[i // k] for i in range(len(records))],
         # per episode, in order (problem i // k, sample i % k): what a paired test before/after compares
         "outcomes": [r.success for r in records],
         "seconds": round(time.perf_counter() - t0, 1),
     }
 
 
-def _probe_heldout(env_id: str, kwargs: dict[str, Any], episodes: int) -> tuple[int, str | None]:
+def _probe_heldout(env_id: str, kwargs: dict[str, Any], episodes: int) -> tuple[int, str | None, list[str]]:
     """What the evaluation needs to know of the held-out env before it plays it: ``episodes``, or the number of
-    held-out tasks when there are fewer (with a warning: each is evaluated once); and the team's first role with
-    tools (MathChat's code executor), or None."""
+    held-out tasks when there are fewer (with a warning: each is evaluated once); the team's first role with
+    tools (MathChat's code executor), or None; each task's category (its metadata's ``op``, else ``kind``, else
+    ``"all"``)."""
     import warnings
 
     probe = mappa_envs.make(env_id, **kwargs)
-    n_tasks = len(probe.unwrapped.tasks)
+    tasks = probe.unwrapped.tasks
+    n_tasks = len(tasks)
     tool_role = next((r.name for r in probe.unwrapped.roles if r.tools), None)
+    categories = [str(t.metadata.get("op", t.metadata.get("kind", "all"))) for t in tasks]
     probe.close()
     if episodes > n_tasks:
         warnings.warn(
@@ -85,5 +93,5 @@ def _probe_heldout(env_id: str, kwargs: dict[str, Any], episodes: int) -> tuple[
             "evaluating each once",
             stacklevel=3,
         )
-        return n_tasks, tool_role
-    return episodes, tool_role
+        return n_tasks, tool_role, categories
+    return episodes, tool_role, categories

@@ -27,7 +27,6 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ from mappa_envs.metrics import RoleStats, role_stats
 
 from .advantages import estimator_spec, singleton_groups, uses_process_reward
 from .checks import check_config, raise_for_failed
-from .config import TrainConfig
+from .config import TrainConfig, config_record
 from .heldout_eval import evaluate_heldout
 from .offline import stored_rollout
 from .policies import CountsTokens, Policy
@@ -334,7 +333,7 @@ class TrainerBase:
         """Run (or resume) the configured iterations; ``on_iteration(metrics)`` is called after each."""
         cfg = self.cfg
         check_resumable(cfg)
-        (self.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+        (self.out / "config.json").write_text(json.dumps(config_record(cfg), indent=2))
         self.metrics_log.open()
         start = self.resume()
         history = []

@@ -34,30 +34,28 @@ PRESETS: dict[str, TrainConfig] = {
         lr_schedule="constant",
         out_dir="runs/smoke",
     ),
-    # The README's main job: the bundled SmolLM2-135M per role, REINFORCE++ with the rule hindsight coach (the
-    # rule coach's per-action scores, then blame moved by the outcome; session 12, see below), on
-    # one-operation word problems in the small-model prompt style (one worked example per role: the model follows a
-    # format only when shown one), the 128 held-out problems of arith1-eval evaluated greedily before and after,
-    # with an exact paired test (issue 16). Sized for 2 CPU cores and 24 GB, where three vLLM engines (~2.8 GB
-    # each) and three trainer ranks share them: ZeRO stage 0 (one rank per role: ZeRO-3 would only add ~2 GB per
-    # role), no gradient checkpointing (on a CPU one ~700-token sequence already fills the matrix units), prefix
-    # packs of up to 768 tokens (a prompt's two samples and an agent's turns share their prefixes; measured on
-    # the previous demo's rollouts, packs of 768 or 1152 took ~0.8x the time of rows one at a time, and 1152-token
-    # packs raised a trainer's peak to 4.7 GB where rows of ~700 tokens took 3.8). Settings were chosen on
-    # arith1-dev, never on arith1-eval.
-    "demo": TrainConfig(
+    # The demo of the protocol `mappa-bench-v1` (the README's main job until mappa-bench-v2; kept as it was so that
+    # its published runs reproduce): the bundled SmolLM2-135M per role, REINFORCE++ with the rule hindsight coach
+    # (the rule coach's per-action scores, then blame moved by the outcome and every printout checked against the
+    # answer key: an answer-key coach, `mappa_envs.coach.information`), on one-operation word problems in the
+    # small-model prompt style (one worked example per role, an addition: the model follows a format only when
+    # shown one), the 128 held-out problems of arith1-eval evaluated greedily before and after, with an exact
+    # paired test. Sized for 2 CPU cores and 24 GB, where three vLLM engines (~2.8 GB each) and three trainer ranks
+    # share them: ZeRO stage 0 (one rank per role: ZeRO-3 would only add ~2 GB per role), no gradient
+    # checkpointing (on a CPU one ~700-token sequence already fills the matrix units), prefix packs of up to 768
+    # tokens (a prompt's two samples and an agent's turns share their prefixes; measured on earlier demo
+    # rollouts, packs of 768 or 1152 took ~0.8x the time of rows one at a time, and 1152-token packs raised a
+    # trainer's peak to 4.7 GB where rows of ~700 tokens took 3.8).
+    "demo-v1": TrainConfig(
         env_kwargs={"split": "arith1-train", "prompt_style": "small"},
-        # the per-action rule coach's code-executor scores did not predict success on the session-11 coach arm's
-        # training episodes (AUROC 0.45); the hindsight coach's did better (0.67), and its one dev-split pilot gained
-        # 6 -> 11/64 (p = 0.33): chosen on those, not on arith1-eval (docs/results.md, the session-12 registration)
+        # chosen on the rule coach's code-executor scores not predicting success on an earlier coach run's training
+        # episodes (AUROC 0.45) and one dev-split pilot (docs/results.md)
         coach="rule-hindsight",
-        # pilots on arith1-dev: one iteration of 16 episodes took 200 s (rollout 62 s, update 137 s), so 6 of them
-        # with float32 engines (29-38 minutes in all). With bfloat16 engines (issue 15) 6 iterations took 17 min 11 s
-        # (evaluations ~110 s each, iterations 106-159 s): 8 spend the time saved on training, ~21 minutes here,
-        # leaving room for a day ~40% slower (the machine's speed varies 30-60% between days)
+        # pilots on arith1-dev: with bfloat16 engines 6 iterations took 17 min 11 s (evaluations ~110 s each,
+        # iterations 106-159 s): 8 spend the time saved on training
         iterations=8,
         prompts_per_iteration=8,
-        samples_per_prompt=2,  # the same episodes for every arm of `mappa ablate --preset demo` (GRPO needs 2)
+        samples_per_prompt=2,  # the same episodes for every arm of `mappa ablate` (GRPO needs 2)
         max_new_tokens=128,
         max_prompt_tokens=1024,
         lr=2e-5,
@@ -74,14 +72,29 @@ PRESETS: dict[str, TrainConfig] = {
         # not run); masked, as the reference masks them at 4096, a role could be left with nothing to learn from
         truncated="keep",
         lr_schedule="constant",
-        out_dir="runs/demo",
+        out_dir="runs/demo-v1",
     ),
 }
 
-# The demo before issue 16 (two- and three-operation problems, the paper's prompts, 16 held-out problems sampled at
-# 0.6): kept as the fixed workload of the throughput comparison in the README (issue 15), not as a demonstration.
+# The README's main job, on the `mathchat-cpu` track of `mappa-bench-v2` (mappa_envs.tasks.mathchat.arith2): the
+# same team and trainer settings as demo-v1, REINFORCE++ with the method's coach (the rule coach: the ground truth
+# for the final agent's answer only), on balanced one- and two-step problems with a worked example per task that
+# favours no operation; evaluated greedily before and after on the two dev splits (48 + 48 problems; the sealed
+# test splits are for pre-registered runs only, `--unseal-test`), per operation.
+PRESETS["demo"] = replace(
+    PRESETS["demo-v1"],
+    env_kwargs={"split": "arith2-train", "prompt_style": "small-balanced"},
+    coach="rule",
+    eval_episodes=48,
+    eval_split="arith2-dev-1step",
+    eval_extra_splits=("arith2-dev-2step",),
+    out_dir="runs/demo",
+)
+
+# An older demo (two- and three-operation problems, the paper's prompts, 16 held-out problems sampled at 0.6): kept
+# as the fixed workload of the README's throughput comparison, not as a demonstration.
 PRESETS["demo-arith"] = replace(
-    PRESETS["demo"],
+    PRESETS["demo-v1"],
     coach="rule",
     env_kwargs={"split": "arith-train"},
     iterations=4,
@@ -102,7 +115,7 @@ PRESETS["demo-arith"] = replace(
 # trainer ranks and three engines within 24 GB. An iteration takes ~20 minutes on 2 cores (update ~11-14 min): two
 # of them, ~27 minutes with the evaluations (docs/results.md: 0/16 -> 0/16 valid submissions).
 PRESETS["demo-dsbench"] = replace(
-    PRESETS["demo"],
+    PRESETS["demo-v1"],
     coach="rule",  # as published (docs/results.md); the MathChat demo's hindsight coach is not tried on DSBench
     env_id="mappa/DSBench-v0",
     env_kwargs={"suite": "lite", "split": "train", "role_prompts": "small", "turns": 1},

@@ -8,6 +8,8 @@ one version and track (:func:`leaderboard`), with paired tests where they share 
 
 >>> sorted(PROTOCOLS["mappa-bench-v1"].tracks)
 ['dsbench-lite', 'dsbench-original', 'mathchat-cpu', 'mathchat-paper']
+>>> PROTOCOLS["mappa-bench-v2"].tracks["mathchat-cpu"].suites
+('mathchat:arith2-test-1step', 'mathchat:arith2-test-2step')
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import itertools
 import json
 import os
 import platform
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mappa_envs.metrics import paired_test, wilson_interval
+from mappa_envs.sealed import code_version
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,23 @@ PROTOCOLS: dict[str, Protocol] = {
                 note="the original DSBench modeling tasks (--dsbench-data-dir); GPU scale",
             ),
         },
-    )
+    ),
+    "mappa-bench-v2": Protocol(
+        "mappa-bench-v2",
+        {
+            "mathchat-cpu": Track(
+                "mappa/MathChat-v0",
+                {"split": "arith2-train", "prompt_style": "small-balanced"},
+                ("mathchat:arith2-test-1step", "mathchat:arith2-test-2step"),
+                env_kwargs={"prompt_style": "small-balanced"},
+                # 8 iterations x 8 prompts x 2 samples; at most 4 actions an episode (one per role, the code
+                # executor two) of at most 128 new tokens
+                budget=Budget(episodes=128, coach_calls=512, generated_tokens=128 * 4 * 128),
+                note="balanced one- and two-step problems, the test splits sealed and in wording the training never "
+                "shows (mappa_envs.tasks.mathchat.arith2); greedy, SmolLM2-135M per role; three seeds",
+            ),
+        },
+    ),
 }
 
 
@@ -171,19 +189,6 @@ def load_result(path: str | Path) -> dict[str, Any]:
     if problems:
         raise ValueError(f"{path} is not a valid {SCHEMA} result file: " + "; ".join(problems))
     return data
-
-
-def code_version() -> str:
-    """The git commit of this checkout (``+dirty`` when it has changes), or ``unknown``."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if sha.returncode:
-        return "unknown"
-    return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def hardware() -> dict[str, Any]:
@@ -259,7 +264,12 @@ def leaderboard(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for r in results:
         for suite, s in r["scores"].items():
             suites.setdefault(suite, []).append(
-                {"method": r["method"].get("name", "?"), **s, "spent": r["budget_spent"]}
+                {
+                    "method": r["method"].get("name", "?"),
+                    "information": r["method"].get("information", "undeclared"),
+                    **s,
+                    "spent": r["budget_spent"],
+                }
             )
     for rows in suites.values():
         rows.sort(key=lambda x: -x["score"])
@@ -276,8 +286,8 @@ def format_leaderboard(board: Mapping[str, Any]) -> str:
     lines = [f"# {board['protocol']} / {board['track']}"]
     for suite, rows in board["suites"].items():
         lines += ["", f"## {suite}", ""]
-        lines += ["| rank | method | score [95% CI] | episodes | training episodes | vs the row above |"]
-        lines += ["|---|---|---|---|---|---|"]
+        lines += ["| rank | method | reward sees | score [95% CI] | episodes | training episodes | vs the row above |"]
+        lines += ["|---|---|---|---|---|---|---|"]
         for i, r in enumerate(rows, 1):
             test = r.get("vs_above")
             versus = (
@@ -286,7 +296,8 @@ def format_leaderboard(board: Mapping[str, Any]) -> str:
             lo, hi = r["ci95"]
             spent = r["spent"].get("episodes", "-")
             score = f"{r['score']:.1%} [{lo:.0%}, {hi:.0%}]"
-            lines.append(f"| {i} | {r['method']} | {score} | {r['episodes']} | {spent} | {versus} |")
+            info = r.get("information", "undeclared")
+            lines.append(f"| {i} | {r['method']} | {info} | {score} | {r['episodes']} | {spent} | {versus} |")
     return "\n".join(lines)
 
 

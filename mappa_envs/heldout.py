@@ -27,6 +27,7 @@ from typing import Any
 
 from .core import PipelineEnv
 from .registry import _load, make, spec
+from .sealed import is_sealed
 
 
 class NoHeldOutTasks(ValueError):
@@ -64,12 +65,16 @@ def pick_split(
     return chosen
 
 
-def heldout_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any] | None = None, eval_split: str | None = None) -> dict:
+def heldout_env_kwargs(
+    env_id: str, env_kwargs: Mapping[str, Any] | None = None, eval_split: str | None = None, *, unseal: bool = False
+) -> dict:
     """The arguments of ``make(env_id, **...)`` that build the held-out version of ``make(env_id, **env_kwargs)``.
 
     ``eval_split``: the held-out split asked for (``TrainConfig.eval_split``); tasks with named splits use it, or
-    refuse a name that is theirs to give, others ignore it. Raises :class:`NoHeldOutTasks` when the task declares
-    none (:meth:`~mappa_envs.core.PipelineEnv.heldout_kwargs` returns None, or the env is not a ``PipelineEnv``).
+    refuse a name that is theirs to give, others ignore it. A sealed test split (:mod:`mappa_envs.sealed`) gets
+    ``unseal=True`` only when ``unseal`` is (its env refuses to be built otherwise). Raises
+    :class:`NoHeldOutTasks` when the task declares none (:meth:`~mappa_envs.core.PipelineEnv.heldout_kwargs`
+    returns None, or the env is not a ``PipelineEnv``).
     """
     s = spec(env_id)
     train = {**s.kwargs, **(env_kwargs or {})}
@@ -88,7 +93,10 @@ def heldout_env_kwargs(env_id: str, env_kwargs: Mapping[str, Any] | None = None,
             "mappa_envs.heldout), set eval_episodes=0 (--eval-episodes 0), or give the task held-out tasks "
             "(PipelineEnv.heldout_kwargs, see docs/adding-a-task.md)"
         )
-    return dict(kwargs)
+    kwargs = {k: v for k, v in kwargs.items() if k != "unseal"}
+    if unseal and is_sealed(env_id, kwargs):
+        kwargs["unseal"] = True
+    return kwargs
 
 
 __all__ = ["NoHeldOutTasks", "heldout_env_kwargs", "pick_split"]

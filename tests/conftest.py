@@ -10,6 +10,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # their own tests (test_sandbox_*, every env on Docker and bubblewrap, the default's choice of Docker), and `.ci/run`
 # trains the smoke preset on the default (isolated) backend as users do. MAPPA_SANDBOX=docker runs all of it there.
 os.environ.setdefault("MAPPA_SANDBOX", "subprocess")
+# A test that evaluates a sealed test split logs its look to a file of its own, never to the committed
+# docs/runs/test-access.jsonl (mappa_envs.sealed), whatever the test asks for.
+os.environ["MAPPA_TEST_ACCESS_LOG"] = os.path.join(
+    os.environ.get("TMPDIR", "/tmp"), f"mappa-test-access-{os.getpid()}.jsonl"
+)
 
 
 def pytest_configure(config):

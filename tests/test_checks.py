@@ -239,14 +239,15 @@ def test_ablate_refuses_before_any_run_when_an_arm_cannot_run(tmp_path, capsys):
 
     assert main(["ablate", "--preset", "demo-arith", "--out", str(tmp_path / "abl")]) == 1
     err = capsys.readouterr().err
-    assert "refused before any run" in err and "- grpo: estimator" in err and "--samples-per-prompt 2" in err
+    assert "refused before any run" in err and "- grpo seed 0: estimator" in err and "--samples-per-prompt 2" in err
     assert not (tmp_path / "abl").exists()
 
 
-def test_ablate_arms_share_the_first_arms_before_training_evaluation(tmp_path, monkeypatch):
-    """The arms start from the same weights and evaluate the same way: the later arms get the first arm's
-    before-training evaluation (same episodes, no second evaluation), an arm with its own keeps it; each arm's
-    command is the preset with its estimator and coach."""
+def test_ablate_runs_share_the_first_runs_before_training_evaluation(tmp_path, monkeypatch):
+    """The arms and seeds start from the same weights and evaluate the same way: every later run gets the first
+    run's before-training evaluation (same episodes, no second evaluation), a run with its own keeps it; each run's
+    command is the preset with its estimator, coach and seed; what each reward sees is in ablation.json; a re-run
+    skips the finished runs."""
     import subprocess
     from pathlib import Path
 
@@ -256,28 +257,41 @@ def test_ablate_arms_share_the_first_arms_before_training_evaluation(tmp_path, m
 
     out = tmp_path / "abl"
     seen = {}
-    before = {"split": "arith1-eval", "accuracy": 0.25, "correct": 1, "episodes": 4, "outcomes": [1, 0, 0, 0]}
+    before = {"split": "arith2-dev-1step", "accuracy": 0.25, "correct": 1, "episodes": 4, "outcomes": [1, 0, 0, 0]}
 
     def fake_call(cmd):
-        arm = Path(cmd[cmd.index("--out") + 1])
-        seen[arm.name] = (cmd, json.loads((arm / "eval.json").read_text()) if (arm / "eval.json").exists() else None)
-        arm.mkdir(parents=True, exist_ok=True)
-        if arm.name == "coach":
-            (arm / "eval.json").write_text(json.dumps({"before": before, "after": {**before, "correct": 2}}))
+        run = Path(cmd[cmd.index("--out") + 1])
+        key = f"{run.parent.name}/{run.name}"
+        seen[key] = (cmd, json.loads((run / "eval.json").read_text()) if (run / "eval.json").exists() else None)
+        run.mkdir(parents=True, exist_ok=True)
+        evals = json.loads((run / "eval.json").read_text()) if (run / "eval.json").exists() else {"before": before}
+        (run / "eval.json").write_text(json.dumps({**evals, "after": {**before, "correct": 2}}))
+        (run / "config.json").write_text(json.dumps({"iterations": 1, "eval_episodes": 4}))
+        (run / "metrics.jsonl").write_text(json.dumps({"iteration": 0}) + "\n")
         return 0
 
-    (out / "grpo").mkdir(parents=True)
-    (out / "grpo" / "eval.json").write_text(json.dumps({"before": {"its": "own"}}))
+    (out / "grpo" / "seed-1").mkdir(parents=True)
+    (out / "grpo" / "seed-1" / "eval.json").write_text(json.dumps({"before": {"its": "own"}}))
     monkeypatch.setattr(subprocess, "call", fake_call)
     monkeypatch.setattr(ablate, "_wait_for_memory_release", lambda: None)
     monkeypatch.setattr(ablate, "cmd_report_run", lambda args: 0)
+    monkeypatch.setattr(ablate, "_report_ablation", lambda out: 0)
     monkeypatch.setattr(baselines.checks, "check_config", lambda cfg: [])  # not this machine's memory now
-    assert cli.main(["ablate", "--preset", "demo", "--out", str(out)]) == 0
-    assert seen["coach"][1] is None
-    assert seen["outcome"][1] == {"before": before, "shared_from": str(out / "coach")}
-    assert seen["grpo"][1] == {"before": {"its": "own"}}
-    cmd = seen["outcome"][0]
+    argv = ["ablate", "--preset", "demo", "--seeds", "0,1", "--estimators", "coach,outcome,grpo", "--out", str(out)]
+    assert cli.main(argv) == 0
+    assert len(seen) == 6 and seen["coach/seed-0"][1] is None
+    assert seen["outcome/seed-0"][1] == {"before": before, "shared_from": str(out / "coach" / "seed-0")}
+    assert seen["coach/seed-1"][1] == {"before": before, "shared_from": str(out / "coach" / "seed-0")}
+    assert seen["grpo/seed-1"][1] == {"before": {"its": "own"}}
+    cmd = seen["outcome/seed-1"][0]
     assert cmd[cmd.index("--estimator") + 1] == "outcome" and cmd[cmd.index("--coach") + 1] == "none"
+    assert cmd[cmd.index("--seed") + 1] == "1"
+    manifest = json.loads((out / "ablation.json").read_text())
+    assert manifest["seeds"] == [0, 1]
+    info = {a["name"]: a["information"] for a in manifest["arms"]}
+    assert info == {"coach": "final-answer-key", "outcome": "outcome", "grpo": "final-answer-key"}
+    seen.clear()
+    assert cli.main(argv) == 0 and seen == {}  # every run finished: nothing runs again
 
 
 def test_held_out_tasks_that_are_in_the_training_pool_are_refused():

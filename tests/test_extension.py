@@ -263,8 +263,8 @@ def test_mappa_ablate_compares_a_plug_in_with_a_built_in(tmp_path):
     proc = subprocess.run(cmd, env={**env, "RAY_USAGE_STATS_ENABLED": "0"}, capture_output=True, text=True)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     for arm in ("coach", "rloo"):
-        metrics = [json.loads(ln) for ln in (out / arm / "metrics.jsonl").read_text().splitlines()]
-        assert len(metrics) == 2 and json.loads((out / arm / "config.json").read_text())["estimator"] == (
+        metrics = [json.loads(ln) for ln in (out / arm / "seed-0" / "metrics.jsonl").read_text().splitlines()]
+        assert len(metrics) == 2 and json.loads((out / arm / "seed-0" / "config.json").read_text())["estimator"] == (
             "reinforce_pp" if arm == "coach" else "rloo"
         )
     assert any(m["problem_solver"]["skipped"] == 0 for m in metrics)  # rloo's advantages moved a role

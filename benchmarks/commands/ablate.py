@@ -1,6 +1,11 @@
-"""``mappa ablate``: REINFORCE++ with the coach, outcome-only REINFORCE++ and GRPO (or the estimators named by
-``--estimators``, plug-ins included) on one preset, seed and budget (each arm a ``mappa train`` process, checked
-before the first starts), then the comparison report."""
+"""``mappa ablate``: REINFORCE++ with the coach, outcome-only REINFORCE++ and GRPO (or the arms named by
+``--estimators``, plug-ins included) on one preset and budget, for every seed of ``--seeds`` (each arm and seed a
+``mappa train`` process, every one checked before the first starts; finished ones are skipped on a re-run), then the
+reports: ``OUT/report/report.md`` (the runs side by side) and ``OUT/report/ablation.md`` (pooled over seeds and
+problems, ``mappa report ablation``).
+
+Layout: ``OUT/ablation.json`` (arms with what each reward sees, seeds, commands), ``OUT/<arm>/seed-<s>/`` (a
+``mappa train`` run folder)."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +25,8 @@ from .train import train_config
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("ablate", help="coach vs outcome-only vs GRPO on the same seeds and budget, then a report")
     p.add_argument("--preset", default="smoke")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", default="0", help="training seeds, comma-separated (every arm runs each); default 0")
+    p.add_argument("--seed", type=int, default=None, help="one seed (the same as --seeds N)")
     p.add_argument("--iterations", type=int, default=None)
     p.add_argument("--samples-per-prompt", type=int, default=None, help="for every arm (GRPO needs 2 or more)")
     p.add_argument("--prompts-per-iteration", type=int, default=None, help="for every arm")
@@ -30,6 +37,16 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "or any registered estimator (built-in or plug-in, trained with the preset's coach); default %(default)s",
     )
     p.add_argument("--trainer", default=None, choices=("ray", "local"), help="for every arm (default: the preset's)")
+    p.add_argument("--eval-split", default=None, help="the held-out split of every arm (default: the preset's)")
+    p.add_argument(
+        "--eval-extra-split", action="append", default=[], metavar="S", help="another held-out split, repeatable"
+    )
+    p.add_argument("--eval-episodes", type=int, default=None, help="held-out problems per split (default: preset's)")
+    p.add_argument(
+        "--unseal-test",
+        action="store_true",
+        help="evaluate sealed test splits (a pre-registered run: each look is logged, mappa_envs.sealed)",
+    )
     p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--verbose", action="store_true", help="passed to every arm's `mappa train`")
@@ -48,8 +65,15 @@ ABLATION = (
     ("coach", {"estimator": "reinforce_pp"}),
     ("outcome", {"estimator": "outcome", "coach": "none"}),
     ("grpo", {"estimator": "grpo"}),
+    ("rule", {"estimator": "reinforce_pp", "coach": "rule"}),
+    ("hindsight", {"estimator": "reinforce_pp", "coach": "rule-hindsight-outcome"}),
+    ("hindsight-key", {"estimator": "reinforce_pp", "coach": "rule-hindsight-key"}),
 )
-"""The default arms; ``--estimators`` picks others by these names or by a registered estimator's name."""
+"""The named arms: ``coach`` (REINFORCE++ with the preset's coach), ``outcome`` (outcome-only REINFORCE++, no coach),
+``grpo`` (with the preset's coach), ``rule`` (REINFORCE++ with the method's rule coach: the ground truth for the
+final agent only), ``hindsight`` (the rule hindsight coach: blame moved by the outcome, no per-action answer key),
+``hindsight-key`` (the answer-key hindsight coach: every printout checked against the ground truth). Any other name
+of ``--estimators`` is an estimator trained with the preset's coach. The default arms: the first three."""
 
 
 def ablation_arms(names: str) -> list[tuple[str, dict[str, str]]]:
@@ -88,10 +112,10 @@ def _wait_for_memory_release(timeout_s: float = 120.0, settle_mb: float = 64.0) 
 
 
 def _share_before_evaluation(first: Path, others: list[Path]) -> None:
-    """Give every later arm the first arm's before-training evaluation: the arms start from the same weights and
-    differ only in the estimator and the coach, which the held-out evaluation does not use, so it is the same
-    evaluation (and the arms' changes are then measured from the very same episodes). Arms that already hold an
-    evaluation keep theirs."""
+    """Give every later run the first run's before-training evaluation: the arms and seeds start from the same
+    weights and the evaluation (its own seed, no coach) does not depend on the estimator, the coach or the training
+    seed, so it is the same evaluation (and every run's change is measured from the very same episodes). Runs that
+    already hold an evaluation keep theirs."""
     path = first / "eval.json"
     if not path.exists():
         return
@@ -106,55 +130,134 @@ def _share_before_evaluation(first: Path, others: list[Path]) -> None:
         if not (other / "eval.json").exists():
             other.mkdir(parents=True, exist_ok=True)
             (other / "eval.json").write_text(json.dumps({**before, "shared_from": str(first)}, indent=2))
-            print(f"[ablation] {other.name} re-uses {first.name}'s before-training evaluation", flush=True)
+            print(f"[ablation] {other} re-uses {first}'s before-training evaluation", flush=True)
+
+
+def _seeds(args: argparse.Namespace) -> list[int]:
+    text = str(args.seed) if args.seed is not None else args.seeds
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"mappa ablate: --seeds takes comma-separated integers, not {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise SystemExit(f"mappa ablate: --seeds takes distinct integers, not {text!r}")
+    return seeds
+
+
+def _arm_argv(args: argparse.Namespace, change: dict[str, str], run: Path, seed: int) -> list[str]:
+    """The ``mappa train`` command line of one arm and seed."""
+    argv = ["train", "--preset", args.preset, "--out", str(run), "--seed", str(seed)]
+    argv += ["--estimator", change["estimator"], *(["--coach", change["coach"]] if "coach" in change else [])]
+    for flag, value in (
+        ("--iterations", args.iterations),
+        ("--samples-per-prompt", args.samples_per_prompt),
+        ("--prompts-per-iteration", args.prompts_per_iteration),
+        ("--trainer", args.trainer),
+        ("--eval-split", args.eval_split),
+        ("--eval-episodes", args.eval_episodes),
+    ):
+        if value is not None:
+            argv += [flag, str(value)]
+    for split in args.eval_extra_split:
+        argv += ["--eval-extra-split", split]
+    argv += ["--unseal-test"] if args.unseal_test else []
+    argv += ["--no-progress", *(["--no-resume"] if args.no_resume else [])]
+    return argv + (["--verbose"] if args.verbose else [])
+
+
+def _finished(run: Path) -> bool:
+    """A run that trained every iteration it was configured for and, if it evaluates, evaluated after training."""
+    try:
+        cfg = json.loads((run / "config.json").read_text())
+        rows = [ln for ln in (run / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+        evals = json.loads((run / "eval.json").read_text()) if cfg.get("eval_episodes") else {"after": True}
+    except (OSError, ValueError):
+        return False
+    return len(rows) >= int(cfg["iterations"]) and "after" in evals
+
+
+@dataclass
+class _Run:
+    """One arm trained with one seed."""
+
+    arm: str
+    seed: int
+    path: Path
+    argv: list[str]
+    information: str = ""
+    """What its reward sees (:mod:`mappa_envs.coach.information`)."""
+
+
+def _plan(args: argparse.Namespace, out: Path) -> tuple[list[_Run], list[str]]:
+    """Every (arm, seed) run, seed by seed (a stopped ablation has as many seeds of every arm), and the checks each
+    failed (``- arm seed s: check: detail`` lines)."""
+    from baselines.checks import check_config, failed
+    from baselines.config import config_record
+
+    plan, refused = [], []
+    for seed in _seeds(args):
+        for name, change in ablation_arms(args.estimators):
+            run = _Run(name, seed, out / name / f"seed-{seed}", [])
+            run.argv = _arm_argv(args, change, run.path, seed)
+            cfg = train_config(_train_parser().parse_args(run.argv))
+            problems = failed(check_config(cfg))
+            refused += [f"- {name} seed {seed}: {c.name}: {c.detail.splitlines()[0]}" for c in problems]
+            run.information = "" if problems else config_record(cfg)["reward_information"]
+            plan.append(run)
+    return plan, refused
+
+
+def _write_manifest(args: argparse.Namespace, out: Path, plan: list[_Run]) -> None:
+    arms: dict[str, dict[str, Any]] = {}
+    for run in plan:
+        arms.setdefault(run.arm, {"name": run.arm, "information": run.information, "commands": {}})
+        arms[run.arm]["commands"][str(run.seed)] = "mappa " + " ".join(run.argv)
+    manifest = {
+        "preset": args.preset,
+        "seeds": sorted({run.seed for run in plan}),
+        "arms": list(arms.values()),
+        "unseal_test": bool(args.unseal_test),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ablation.json").write_text(json.dumps(manifest, indent=2))
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
-    """REINFORCE++ with the coach, outcome-only REINFORCE++ and GRPO on the same preset, seed and budget, then the
-    comparison report."""
+    """Every arm for every seed on the same preset and budget (finished runs skipped), then the reports."""
     import subprocess
 
-    from baselines.checks import check_config, failed
-
     out = Path(args.out or f"runs/ablation-{args.preset}")
-    chosen = ablation_arms(args.estimators)
-    arms = []
-    for name, change in chosen:
-        argv = ["train", "--preset", args.preset, "--out", str(out / name), "--seed", str(args.seed)]
-        argv += ["--estimator", change["estimator"], *(["--coach", change["coach"]] if "coach" in change else [])]
-        for flag, value in (
-            ("--iterations", args.iterations),
-            ("--samples-per-prompt", args.samples_per_prompt),
-            ("--prompts-per-iteration", args.prompts_per_iteration),
-            ("--trainer", args.trainer),
-        ):
-            if value is not None:
-                argv += [flag, str(value)]
-        argv += ["--no-progress", *(["--no-resume"] if args.no_resume else [])]
-        argv += ["--verbose"] if args.verbose else []
-        arms.append((name, argv))
-    # every arm's configuration is checked before the first one starts (the GRPO arm of a preset with one sample
-    # per prompt would otherwise fail after two full runs)
-    refused = []
-    for name, argv in arms:
-        for c in failed(check_config(train_config(_train_parser().parse_args(argv)))):
-            refused.append(f"- {name}: {c.name}: {c.detail.splitlines()[0]}")
-    if refused:
+    plan, refused = _plan(args, out)
+    if refused:  # every run's configuration is checked before the first starts
         print("[ablation] refused before any run:\n" + "\n".join(refused), file=sys.stderr)
         if any("samples_per_prompt" in line for line in refused):
             print("[ablation] every arm runs the same budget: pass --samples-per-prompt 2", file=sys.stderr)
         return 1
-    runs = []
-    for i, (name, argv) in enumerate(arms):
-        cmd = [sys.executable, "-m", "benchmarks.cli", *argv]
-        if i:
-            _wait_for_memory_release()
-        print(f"[ablation] {name}: {' '.join(argv)}", flush=True)
-        rc = subprocess.call(cmd)
-        if rc != 0:
-            print(f"[ablation] {name} failed with exit status {rc}", file=sys.stderr)
-            return rc
-        runs.append(str(out / name))
+    _write_manifest(args, out, plan)
+    started = False
+    for i, run in enumerate(plan):
+        if not args.no_resume and _finished(run.path):
+            print(f"[ablation] {run.arm} seed {run.seed}: finished already ({run.path})", flush=True)
+        else:
+            if started:
+                _wait_for_memory_release()
+            started = True
+            print(f"[ablation] {run.arm} seed {run.seed} ({run.information}): mappa {' '.join(run.argv)}", flush=True)
+            rc = subprocess.call([sys.executable, "-m", "benchmarks.cli", *run.argv])
+            if rc != 0:
+                print(f"[ablation] {run.arm} seed {run.seed} failed with exit status {rc}", file=sys.stderr)
+                return rc
         if i == 0 and not args.no_resume:
-            _share_before_evaluation(out / name, [out / n for n, _ in arms[1:]])
-    return cmd_report_run(argparse.Namespace(runs=runs, label=[n for n, _ in chosen], out=str(out / "report"), eval=[]))
+            _share_before_evaluation(run.path, [r.path for r in plan[1:]])
+    runs, labels = [str(r.path) for r in plan], [f"{r.arm}/seed-{r.seed}" for r in plan]
+    rc = cmd_report_run(argparse.Namespace(runs=runs, label=labels, out=str(out / "report"), eval=[]))
+    return rc or _report_ablation(out)
+
+
+def _report_ablation(out: Path) -> int:
+    """``mappa report ablation OUT`` (pooled over seeds and problems), where the runs evaluated held-out tasks."""
+    if not any((Path(r) / "eval.json").exists() for r in out.glob("*/seed-*")):
+        return 0
+    from benchmarks.cli import main
+
+    return main(["report", "ablation", str(out)])

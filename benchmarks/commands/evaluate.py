@@ -67,6 +67,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=16, help="episodes in flight")
     p.add_argument("--dsbench-data-dir", default=None, help="original DSBench data (default: DSBench-lite eval)")
     p.add_argument("--sandbox", default=None, help="sandbox backend (default: each env's)")
+    p.add_argument(
+        "--unseal-test",
+        action="store_true",
+        help="evaluate sealed test splits (pre-registered runs only: each look is logged, see mappa_envs.sealed)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="output folder (default runs/eval-<time>)")
     p.set_defaults(func=cmd_eval)
@@ -179,13 +184,29 @@ def _write_protocol_result(args: argparse.Namespace, result: dict, out: Path) ->
     from baselines.protocol import result_record, validate_result
 
     run_cfg = json.loads((Path(args.run) / "config.json").read_text()) if args.run else {}
-    method = {"name": args.method or (Path(args.run).name if args.run else "bundled"), "config": run_cfg}
+    method = {
+        "name": args.method or (Path(args.run).name if args.run else "bundled"),
+        "information": _information(args, run_cfg),
+        "config": run_cfg,
+    }
     record = result_record(args.protocol, args.track, result, method, run_dir=args.run, seeds=[run_cfg.get("seed", 0)])
     problems = validate_result(record)
     if problems:  # a bug here, not the user's: never write an invalid file
         raise RuntimeError("the result file would be invalid: " + "; ".join(problems))
     (out / "result.json").write_text(json.dumps(record, indent=1, default=str))
     print(f"result file ({args.protocol}, track {args.track}): {out / 'result.json'}")
+
+
+def _information(args: argparse.Namespace, run_cfg: dict) -> str:
+    """What the evaluated team's training reward saw (:mod:`mappa_envs.coach.information`): from its run's
+    ``config.json``; ``none`` for the untrained bundled team; ``undeclared`` for other models."""
+    from mappa_envs.coach.information import reward_information
+
+    if run_cfg.get("reward_information"):
+        return run_cfg["reward_information"]
+    if run_cfg:  # a run from before the label was stored: derived from its coach and estimator
+        return reward_information(run_cfg.get("coach", "rule"), run_cfg.get("estimator") != "outcome")
+    return "none" if not (args.model or args.role_model) else "undeclared"
 
 
 def _swap_matrix(args: argparse.Namespace, roles: list[str], teams: dict[str, Any], cfg, out: Path) -> int:
@@ -247,6 +268,7 @@ def _eval_config(args: argparse.Namespace):
         engine_dtype=args.engine_dtype,
         dsbench_data_dir=args.dsbench_data_dir,
         sandbox=args.sandbox,
+        unseal_test=args.unseal_test,
         mathchat_kwargs=mathchat_kwargs,
         dsbench_kwargs=dsbench_kwargs,
     )

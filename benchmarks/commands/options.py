@@ -77,6 +77,12 @@ TRAIN_OPTIONS: tuple[Option, ...] = (
     ),
     _o("--eval-split", "eval_split", "held-out split (tasks with named splits)"),
     _o("--eval-extra-split", "eval_extra_splits", "another held-out split, repeatable", action="append", metavar="S"),
+    Option(
+        "--unseal-test",
+        "unseal_test",
+        "evaluate a sealed test split (pre-registered runs only: every evaluation is logged, mappa_envs.sealed)",
+        const=True,
+    ),
     _o("--eval-episodes", "eval_episodes", "held-out problems before and after training", type=int),
     _o("--eval-samples", "eval_samples", "samples per held-out problem", type=int),
     _o("--lr", "lr", "learning rate", type=float),

@@ -201,6 +201,7 @@ def _dry_run(cfg, preset_name: str) -> int:
 
 def _train(cfg, out: Path, log_dir: Path) -> int:
     """``mappa train`` after the configuration is shown and the logs are set up: build, evaluate, train, evaluate."""
+    from baselines.config import config_record
     from baselines.store import check_resumable
 
     t0 = time.monotonic()
@@ -210,7 +211,7 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
         print(f"mappa train: {e}", file=sys.stderr)
         return 1
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))  # before anything is stored
+    (out / "config.json").write_text(json.dumps(config_record(cfg), indent=2))  # before anything is stored
     try:
         trainer = _trainer(cfg)
     except ValueError as e:  # a configuration the checks refuse (baselines.checks): the reasons, no traceback

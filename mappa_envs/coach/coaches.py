@@ -21,6 +21,8 @@ from .protocol import CoachEvaluation, CoachInput, clamp
 
 class Coach(Protocol):
     name: str
+    information: tuple[str, ...]
+    """What the coach sees (:mod:`mappa_envs.coach.information`); a coach without it is ``undeclared``."""
 
     def evaluate(self, inp: CoachInput) -> CoachEvaluation: ...
 
@@ -56,6 +58,7 @@ class EnsembleCoach:
             raise ValueError("aggregate must be 'mean' or 'median'")
         self.coaches, self.aggregate = list(coaches), aggregate
         self.name = f"ensemble-{aggregate}[{', '.join(c.name for c in self.coaches)}]"
+        self.information = tuple(x for c in self.coaches for x in getattr(c, "information", ()))
 
     def evaluate(self, inp: CoachInput) -> CoachEvaluation:
         start = time.perf_counter()
@@ -84,6 +87,8 @@ class LengthCoach:
     to learn from (and a role whose advantages are all 0 is not updated); these arbitrary but varying scores make
     every role of a smoke run update, sync and checkpoint for real (``mappa train --preset smoke``).
     """
+
+    information = ("none",)
 
     def evaluate(self, inp: CoachInput) -> CoachEvaluation:
         return CoachEvaluation(

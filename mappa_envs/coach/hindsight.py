@@ -57,15 +57,26 @@ class RuleHindsightCoach:
     - **A wrong value carried to the answer** (a task with a ground truth, the final answer wrong): the earliest
       action that introduced the answered value (the last number its code printed, or an answer it boxed) -3; the
       final agent's action +2 (it was misled; its per-action score already holds the wrong answer's -3).
-    - **A printout against the ground truth** (hindsight: the answer is known once the episode is over): an action
-      whose code's last printed number is the answer +2; another number -1 (unless already blamed above).
+    - **A printout against the ground truth** (``answer_key=True`` only: a per-action answer key, which the
+      method's coach never gets): an action whose code's last printed number is the answer +2; another number -1
+      (unless already blamed above).
     - **A missing hand-over file** (a task with artifacts, the episode failed): the last action of each role whose
       owed file is missing at the end -2; each later action whose tool run failed +1 (it was blocked).
     - **Success**: every action of a successful episode +1.
     """
 
     base: RuleBasedCoach = field(default_factory=RuleBasedCoach)
+    answer_key: bool = True
+    """Check every printout against the ground truth (``rule-hindsight``, the answer-key coach); False
+    (``rule-hindsight-outcome``): blame only from the outcome and the team's final answer."""
     name: str = "rule-hindsight"
+
+    def __post_init__(self) -> None:
+        if not self.answer_key and self.name == "rule-hindsight":
+            self.name = "rule-hindsight-outcome"
+        # what it sees (mappa_envs.coach.information): the outcome, the final answer's key (the base rule coach),
+        # and with answer_key every action's printout checked against the ground truth
+        self.information = ("outcome", "per-action-answer-key" if self.answer_key else "final-answer-key")
 
     def evaluate_episode(self, inputs: Sequence[CoachInput], record: EpisodeRecord) -> list[CoachEvaluation]:
         start = time.perf_counter()
@@ -73,7 +84,8 @@ class RuleHindsightCoach:
         notes: list[list[tuple[float, str]]] = [[] for _ in inputs]
         if inputs:
             _carried_value(inputs, record, notes)
-            _printouts(inputs, record, notes)
+            if self.answer_key:
+                _printouts(inputs, record, notes)
             _missing_handover(inputs, record, notes)
         if record.success:
             for n in notes:

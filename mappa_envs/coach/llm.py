@@ -136,6 +136,7 @@ class LLMCoach:
         self.cache = cache
         self.stats = CoachStats()
         self.name = backend.name
+        self.information = ("final-answer-key",)  # the ground truth reaches the final agent's input only
         self._rng = rng or random.Random(0)
 
     def _call(self, messages: list[dict[str, str]]) -> tuple[str | None, int, str | None]:

@@ -65,6 +65,7 @@ class LLMHindsightCoach:
         self.templates, self.stats, self.cache = self._llm.templates, self._llm.stats, cache
         self.max_chars = max_chars
         self.name = f"hindsight:{backend.name}"
+        self.information = ("outcome", "per-action-answer-key")  # the episode, its outcome and the right answer
 
     def build(self, inputs: Sequence[CoachInput], record: EpisodeRecord) -> list[dict[str, str]]:
         """The chat messages: the system prompt and the episode, each action shortened to ``max_chars``."""

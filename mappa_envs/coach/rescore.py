@@ -40,8 +40,10 @@ def coach_from_spec(spec: str) -> Coach:
     coach)."""
     if spec == "rule":
         return RuleBasedCoach()
-    if spec == "rule-hindsight":  # one call per episode, scores every action knowing the outcome
+    if spec in ("rule-hindsight", "rule-hindsight-key"):  # every action scored knowing the outcome and answer key
         return RuleHindsightCoach()
+    if spec == "rule-hindsight-outcome":  # the same without checking printouts against the answer key
+        return RuleHindsightCoach(answer_key=False)
     for prefix in ("llm:", "llm-hindsight:"):
         if spec.startswith(prefix):
             return _llm_coach(spec[len(prefix) :], hindsight=prefix == "llm-hindsight:")
@@ -49,7 +51,8 @@ def coach_from_spec(spec: str) -> Coach:
         module, _, name = spec.partition(":")
         return getattr(importlib.import_module(module), name)()
     raise ValueError(
-        f"coach must be 'rule', 'rule-hindsight', 'llm:MODEL@URL', 'llm-hindsight:MODEL@URL' or "
+        f"coach must be 'rule', 'rule-hindsight' (= 'rule-hindsight-key'), 'rule-hindsight-outcome', 'llm:MODEL@URL', "
+        "'llm-hindsight:MODEL@URL' or "
         f"'package.module:factory', not {spec!r}"
     )
 

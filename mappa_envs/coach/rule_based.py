@@ -107,6 +107,8 @@ class RuleBasedCoach:
     """Roles scored on their answer besides those the task declares answering (``Role.answers``) and the final
     agent of a task with a ground truth."""
     name: str = "rule-based"
+    information: tuple[str, ...] = ("final-answer-key",)
+    """What it sees (:mod:`mappa_envs.coach.information`): the ground truth for the final agent's answer only."""
 
     def evaluate(self, inp: CoachInput) -> CoachEvaluation:
         start = time.perf_counter()

@@ -111,6 +111,8 @@ class PipelineEnv(AECEnv, abc.ABC):
     env_id: str = "mappa/Pipeline-v0"
     task_type: str = "task"
     coach_template: str = "default"
+    sealed_splits: tuple[str, ...] = ()
+    """Splits built only with ``unseal=True``, every evaluation logged (:mod:`mappa_envs.sealed`)."""
     artifacts: Mapping[str, tuple[str, ...]] = {}
     outcome_kind: str = "answer"
 
@@ -168,6 +170,10 @@ class PipelineEnv(AECEnv, abc.ABC):
     def task_prompt(self, task: Task) -> str:
         """The task as agents read it."""
         return task.prompt
+
+    def examples(self, role: Role, task: Task) -> tuple[tuple[str, str], ...]:
+        """The worked examples ``role`` is shown with ``task`` (default: the role's own, :attr:`Role.examples`)."""
+        return role.examples
 
     def on_episode_start(self, task: Task) -> None:
         """Prepare the workspace for ``task`` (e.g. copy data files via ``self.session.write_file``)."""
@@ -335,7 +341,7 @@ class PipelineEnv(AECEnv, abc.ABC):
             first.append("## Work of the earlier agents\n" + "\n\n".join(self._context_block(a) for a in upstream))
         first.append("## Your job\n" + role.instruction.strip())
         msgs: list[Message] = [{"role": "system", "content": sanitize(role.system_prompt.strip())}]
-        for user, reply in role.examples:
+        for user, reply in self.examples(role, self.task):
             msgs.append({"role": "user", "content": sanitize(user.strip()), "name": "example"})
             msgs.append({"role": "assistant", "content": sanitize(reply.strip()), "name": "example"})
         msgs.append({"role": "user", "content": sanitize("\n\n".join(first))})

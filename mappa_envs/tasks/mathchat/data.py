@@ -21,6 +21,8 @@ split               tasks  contents
                            ``arith1-train``: held out by computation, not only by wording
 ``arith1-dev``      64     the same generator, seed 12, disjoint by computation from both: for choosing
                            settings (learning rate, steps...) without looking at ``arith1-eval``
+``arith2-*``               balanced one- and two-step problems with a sealed test split in wording the
+                           training never shows (``mappa-bench-v2``): :mod:`.arith2`
 ==================  =====  ==========================================================================
 
 The reference's AIME pool contains 16 of the 32 AIME evaluation problems and its AMC pool all 32 AMC evaluation
@@ -39,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ...core import Task
+from . import arith2
 
 _FILES = {
     "aime-1983-2024": "AIME_1983_2024.json",
@@ -58,7 +61,10 @@ SPLITS = (
     "arith1-train",
     "arith1-eval",
     "arith1-dev",
+    *arith2.SPLITS,
 )
+SEALED = arith2.SEALED
+"""Splits evaluated only with ``unseal=True``, each evaluation logged (:mod:`mappa_envs.sealed`)."""
 
 
 def _norm(prompt: str) -> str:
@@ -162,6 +168,8 @@ def load_split(split: str) -> tuple[Task, ...]:
     if split == "arith-eval":
         train = {t.prompt for t in load_split("arith-train")}
         return tuple(t for t in arithmetic_problems(80, seed=1, prefix="arith-eval") if t.prompt not in train)[:64]
+    if split in arith2.SPLITS:
+        return arith2.load(split)
     if split == "arith1-train":
         return tuple(one_operation_problems(512, seed=10, prefix="arith1-train"))
     if split in ("arith1-eval", "arith1-dev"):

@@ -16,26 +16,30 @@ Arguments: ``split`` (see :mod:`mappa_envs.tasks.mathchat.data`), or ``tasks`` (
 ``prompt`` and ``answer``), or ``data_file`` (JSON list / JSON lines); ``sandbox`` (backend name or instance;
 default ``"auto"``: Docker, else bubblewrap, else plain subprocesses with a warning);
 ``code_executor_turns``; ``prompt_style`` (``"paper"``, the default: the paper's prompts, for AIME/AMC; ``"small"``:
-one worked example per role, for small models, with ``arith1-*``); the text limits of
-:class:`~mappa_envs.core.PipelineEnv`.
+one worked example per role, for small models, with ``arith1-*``; ``"small-balanced"``: the worked example chosen
+per task so that none favours an operation, with ``arith2-*``); ``unseal`` (True to build a sealed test split,
+:mod:`mappa_envs.sealed`); the text limits of :class:`~mappa_envs.core.PipelineEnv`.
 
 Held-out tasks (:meth:`MathChatEnv.heldout_kwargs`): the split asked for (``TrainConfig.eval_split``), else the
 eval split of the training split: ``aime-train`` -> ``aime-eval-32``, ``amc-train`` -> ``amc-eval-32``,
-``arith-train`` -> ``arith-eval``, ``arith1-train`` -> ``arith1-eval``.
+``arith-train`` -> ``arith-eval``, ``arith1-train`` -> ``arith1-eval``, ``arith2-train`` -> ``arith2-dev-1step`` (its
+sealed test splits only when asked for, with ``unseal``).
 
 Version history: v0, initial release.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...core import PYTHON_TOOL, EpisodeRecord, PipelineEnv, Role, Task
 from ...grading import extract_answer, math_equal
 from ...heldout import pick_split
+from ...sealed import refuse
 from . import prompts
-from .data import SPLITS, load_split, load_task_file, tasks_from_rows
+from .data import SEALED, SPLITS, load_split, load_task_file, tasks_from_rows
 
 HELDOUT = {
     "aime-train": "aime-eval-32",
@@ -43,6 +47,7 @@ HELDOUT = {
     "amc-train": "amc-eval-32",
     "arith-train": "arith-eval",
     "arith1-train": "arith1-eval",
+    "arith2-train": "arith2-dev-1step",
 }
 """The held-out split of each training split (evaluation without an explicit ``split``)."""
 
@@ -53,7 +58,7 @@ def mathchat_roles(code_executor_turns: int = 2, prompt_style: str = "paper") ->
     pool) for small models."""
     if prompt_style not in prompts.STYLES:
         raise ValueError(f"prompt_style must be one of {prompts.STYLES}, not {prompt_style!r}")
-    prefix = "SMALL_" if prompt_style == "small" else ""  # the small style's constants: SMALL_<the paper's name>
+    prefix = "SMALL_" if prompt_style.startswith("small") else ""  # the small styles: SMALL_<the paper's name>
 
     def text(name: str) -> str:
         return getattr(prompts, prefix + name)
@@ -93,6 +98,7 @@ class MathChatEnv(PipelineEnv):
     env_id = "mappa/MathChat-v0"
     task_type = "math"
     coach_template = "mathchat"
+    sealed_splits = SEALED
 
     def __init__(
         self,
@@ -102,8 +108,11 @@ class MathChatEnv(PipelineEnv):
         data_file: str | None = None,
         code_executor_turns: int = 2,
         prompt_style: str = "paper",
+        unseal: bool = False,
         **kwargs: Any,
     ):
+        if tasks is None and data_file is None and split in SEALED and not unseal:
+            raise refuse(self.env_id, split)
         if tasks is not None:
             task_list = tasks_from_rows(list(tasks), source="tasks argument", prefix="custom")
         elif data_file is not None:
@@ -113,6 +122,17 @@ class MathChatEnv(PipelineEnv):
         self.split = split if tasks is None and data_file is None else None
         self.prompt_style = prompt_style
         super().__init__(mathchat_roles(code_executor_turns, prompt_style), task_list, **kwargs)
+
+    def examples(self, role: Role, task: Task) -> tuple[tuple[str, str], ...]:
+        """``small-balanced``: the worked example ``task.metadata["example"]`` picks (one-step or two-step, by
+        ``metadata["steps"]``; a task without the key gets one by a hash of its id), else the role's own."""
+        if self.prompt_style != "small-balanced":
+            return role.examples
+        pool = prompts.BALANCED_TWO_STEP if task.metadata.get("steps") == 2 else prompts.BALANCED_ONE_STEP
+        index = task.metadata.get("example")
+        if not isinstance(index, int):
+            index = zlib.crc32(task.id.encode())
+        return pool[index % len(pool)][role.name]
 
     @classmethod
     def heldout_kwargs(cls, train_kwargs: Mapping[str, Any], split: str | None = None) -> dict[str, Any] | None:
