@@ -258,6 +258,6 @@ def _report_ablation(out: Path) -> int:
     """``mappa report ablation OUT`` (pooled over seeds and problems), where the runs evaluated held-out tasks."""
     if not any((Path(r) / "eval.json").exists() for r in out.glob("*/seed-*")):
         return 0
-    from benchmarks.cli import main
+    from .report import cmd_report_ablation
 
-    return main(["report", "ablation", str(out)])
+    return cmd_report_ablation(argparse.Namespace(ablation=str(out), out=None))

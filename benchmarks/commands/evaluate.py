@@ -67,11 +67,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=16, help="episodes in flight")
     p.add_argument("--dsbench-data-dir", default=None, help="original DSBench data (default: DSBench-lite eval)")
     p.add_argument("--sandbox", default=None, help="sandbox backend (default: each env's)")
-    p.add_argument(
-        "--unseal-test",
-        action="store_true",
-        help="evaluate sealed test splits (pre-registered runs only: each look is logged, see mappa_envs.sealed)",
-    )
+    p.add_argument("--unseal-test", action="store_true", help="evaluate sealed test splits (each look is logged)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="output folder (default runs/eval-<time>)")
     p.set_defaults(func=cmd_eval)

@@ -6,17 +6,13 @@ A tool-using role's calls (```python blocks for the python tool) run in the epis
 workspace persists for the whole episode, and the tool feedback is shown to the role itself (next turn) and to
 every later role.
 
-Observation: the agent's input as text (a rendering of its chat messages: system prompt, task, earlier agents'
-outputs and tool results, its own earlier turns). ``env.unwrapped.messages(agent)`` gives the same content as
-chat messages, which is what a policy consumes.
-
-Action: the agent's reply, as text. Any value is accepted: malformed actions (empty, enormous, bytes, an
-unclosed fence) are recorded with their issues and the episode goes on.
-
-Reward: the environment's own reward is the task outcome (``grade``), given to every agent when the episode
-ends; the trajectory credits it to each agent's last action. Process rewards come from the coach wrapper.
-
-Every action is recorded in ``env.unwrapped.record`` (an :class:`EpisodeRecord`) with its full input messages.
+Observation: the agent's input as text (a rendering of its chat messages: system prompt, worked examples, task,
+earlier agents' outputs and tool results, its own earlier turns); ``env.unwrapped.messages(agent)`` gives them as
+chat messages, which is what a policy consumes. Action: the agent's reply, as text. Any value is accepted:
+malformed actions (empty, enormous, bytes, an unclosed fence) are recorded with their issues and the episode goes
+on. Reward: the task outcome (``grade``), given to every agent when the episode ends; the trajectory credits it to
+each agent's last action. Process rewards come from the coach wrapper. Every action is recorded in
+``env.unwrapped.record`` (an :class:`EpisodeRecord`) with its full input messages.
 """
 
 from __future__ import annotations
@@ -111,8 +107,7 @@ class PipelineEnv(AECEnv, abc.ABC):
     env_id: str = "mappa/Pipeline-v0"
     task_type: str = "task"
     coach_template: str = "default"
-    sealed_splits: tuple[str, ...] = ()
-    """Splits built only with ``unseal=True``, every evaluation logged (:mod:`mappa_envs.sealed`)."""
+    sealed_splits: tuple[str, ...] = ()  # built only with unseal=True, each evaluation logged (mappa_envs.sealed)
     artifacts: Mapping[str, tuple[str, ...]] = {}
     outcome_kind: str = "answer"
 
@@ -172,7 +167,7 @@ class PipelineEnv(AECEnv, abc.ABC):
         return task.prompt
 
     def examples(self, role: Role, task: Task) -> tuple[tuple[str, str], ...]:
-        """The worked examples ``role`` is shown with ``task`` (default: the role's own, :attr:`Role.examples`)."""
+        """The worked examples ``role`` is shown with ``task``: by default its own (:attr:`Role.examples`)."""
         return role.examples
 
     def on_episode_start(self, task: Task) -> None:
@@ -354,8 +349,7 @@ class PipelineEnv(AECEnv, abc.ABC):
         return msgs
 
     def observe(self, agent: str) -> str:
-        text = render_messages(self.messages(agent))
-        return TextObservation(truncate_middle(text, self.max_observation_chars))
+        return TextObservation(truncate_middle(render_messages(self.messages(agent)), self.max_observation_chars))
 
     # ----------------------------------------------------------------- rendering, closing
     def transcript(self) -> str:
