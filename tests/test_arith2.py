@@ -142,3 +142,16 @@ def test_rewards_are_labelled_by_what_they_see():
     assert config_record(TrainConfig(estimator="outcome", coach="none"))["reward_information"] == "outcome"
     with pytest.raises(ValueError, match="unknown information"):
         information_label(("the answer",))
+
+
+def test_the_change_is_printed_per_category():
+    from benchmarks.commands.train import _fmt_categories
+
+    cats = ["add", "sub", "add", "sub", "mul"]
+    before = {"categories": cats, "outcomes": [True, False, False, True, False]}
+    after = {"categories": cats, "outcomes": [True, True, True, False, False]}
+    lines = _fmt_categories(before, after)
+    assert lines[1].split() == ["add", "1/2", "->", "2/2", "(+1,", "-0)"]
+    assert lines[2].split() == ["sub", "1/2", "->", "1/2", "(+1,", "-1)"]
+    assert lines[3].split() == ["mul", "0/1", "->", "0/1", "(+0,", "-0)"]
+    assert _fmt_categories({**before, "categories": ["add"] * 5}, {**after, "categories": ["add"] * 5}) == []

@@ -157,6 +157,21 @@ def _fmt_behaviour(before: dict, after: dict) -> list[str]:
     return lines
 
 
+def _fmt_categories(before: dict, after: dict) -> list[str]:
+    """Per problem category (a MathChat arithmetic problem's operations), ``correct before -> after`` with the
+    problems gained and lost: the lines under a held-out change (none for a split of one category)."""
+    cats, b_out, a_out = before.get("categories"), before.get("outcomes"), after.get("outcomes")
+    if not cats or after.get("categories") != cats or len(set(cats)) < 2 or len(b_out) != len(a_out):
+        return []
+    lines = ["  per category: correct before -> after (gained, lost)"]
+    for cat in dict.fromkeys(cats):
+        pairs = [(bool(b), bool(a)) for c, b, a in zip(cats, b_out, a_out, strict=True) if c == cat]
+        gained, lost = sum(a and not b for b, a in pairs), sum(b and not a for b, a in pairs)
+        n_b, n_a = sum(b for b, _ in pairs), sum(a for _, a in pairs)
+        lines.append(f"    {cat:<9} {n_b:>3}/{len(pairs)} -> {n_a:>3}/{len(pairs)}  (+{gained}, -{lost})")
+    return lines
+
+
 def _fmt_paired(p: dict) -> str:
     from baselines.evaluate import test_name
 
@@ -320,6 +335,8 @@ def _print_changes(cfg, evals: dict[str, Any]) -> None:
         if paired is not None:
             holder["paired"] = paired
             print(f"change on {a['episodes']} held-out episodes of {a['split']}: {_fmt_paired(paired)}")
+            for line in _fmt_categories(b, a):
+                print(line)
         else:
             print(
                 f"change on {a['episodes']} held-out episodes of {a['split']}: accuracy "
