@@ -100,9 +100,9 @@ def comparison_tables(runs: Sequence[Run]) -> list[str]:
     if not done:
         return []
     lines = [
-        "| run | estimator | coach | held-out | before | after | gained / lost | p (two-sided) | p (gain) | "
-        "training time | evaluation time |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | estimator | coach | reward sees | held-out | before | after | gained / lost | p (two-sided) | "
+        "p (gain) | training time | evaluation time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in done:
         b, a = r.eval["before"], r.eval["after"]
@@ -112,7 +112,8 @@ def comparison_tables(runs: Sequence[Run]) -> list[str]:
         eval_s = [e.get("seconds") for e in (b, a)]
         evals = " + ".join(f"{x:.0f} s" for x in eval_s) if all(x is not None for x in eval_s) else "-"
         lines.append(
-            f"| {r.label} | {r.config.get('estimator')} | {r.config.get('coach')} | {a.get('split')} | {_acc(b)} | "
+            f"| {r.label} | {r.config.get('estimator')} | {r.config.get('coach')} | "
+            f"{r.config.get('reward_information', 'undeclared')} | {a.get('split')} | {_acc(b)} | "
             f"{_acc(a)} | {test} | {train_s:.0f} s ({len(r.metrics)} iterations) | {evals} |"
         )
     pairs = [(x, y) for i, x in enumerate(done) for y in done[i + 1 :]]

@@ -8,7 +8,8 @@ from benchmarks.report import Run, comparison_tables
 
 def _write_run(path, estimator, coach, before, after, iteration_s=(100.0, 110.0)):
     path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({"estimator": estimator, "coach": coach}))
+    info = "outcome" if estimator == "outcome" else "final-answer-key"
+    (path / "config.json").write_text(json.dumps({"estimator": estimator, "coach": coach, "reward_information": info}))
     (path / "metrics.jsonl").write_text(
         "".join(json.dumps({"iteration": i, "iteration_s": s}) + "\n" for i, s in enumerate(iteration_s))
     )
@@ -37,7 +38,7 @@ def test_comparison_tables_of_two_arms(tmp_path):
     outcome = _write_run(tmp_path / "outcome", "outcome", "none", base, [True] + [False] * 7 + [True, False])
     md = "\n".join(comparison_tables([coach, outcome]))
     # coach: 7 gained, 0 lost: p(gain) = 1/128, two-sided 2/128
-    assert "| coach | reinforce_pp | rule | arith1-eval | 20.0% [5.7%, 51.0%] (2/10) | 90.0%" in md
+    assert "| coach | reinforce_pp | rule | final-answer-key | arith1-eval | 20.0% [5.7%, 51.0%] (2/10) | 90.0%" in md
     assert "| 7 / 0 | 0.0156 | 0.00781 | 210 s (2 iterations) | 50 s + 40 s |" in md
     # outcome: 1 gained, 1 lost
     assert "| outcome | outcome | none | arith1-eval |" in md and "| 1 / 1 | 1 | 0.75 |" in md
