@@ -41,7 +41,7 @@ def test_comparison_tables_of_two_arms(tmp_path):
     assert "| coach | reinforce_pp | rule | final-answer-key | arith1-eval | 20.0% [5.7%, 51.0%] (2/10) | 90.0%" in md
     assert "| 7 / 0 | 0.0156 | 0.00781 | 210 s (2 iterations) | 50 s + 40 s |" in md
     # outcome: 1 gained, 1 lost
-    assert "| outcome | outcome | none | arith1-eval |" in md and "| 1 / 1 | 1 | 0.75 |" in md
+    assert "| outcome | outcome | none | outcome | arith1-eval |" in md and "| 1 / 1 | 1 | 0.75 |" in md
     # after training, coach alone right in 7 episodes, outcome alone in 0 (both right in 2)
     assert "| coach vs outcome | 7 | 0 | 0.0156 | 10 episodes |" in md
     assert "| coach | verifier | 50% -> 75% | 20% -> 90% |" in md
