@@ -1,5 +1,6 @@
-"""``mappa report``: a training report of runs (:mod:`benchmarks.report`), the coach-bias report of trajectories
-(:mod:`mappa_envs.coach.bias`) and the agreement of two coaches (:mod:`mappa_envs.coach.agreement`)."""
+"""``mappa report``: a training report of runs (:mod:`benchmarks.report`), the pooled statistics of a multi-seed
+ablation (:mod:`benchmarks.ablation_report`), the coach-bias report of trajectories (:mod:`mappa_envs.coach.bias`)
+and the agreement of two coaches (:mod:`mappa_envs.coach.agreement`)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--eval", action="append", default=None, help="a `mappa eval` eval.json to include")
     r.add_argument("--out", default=None, help="output folder (default: <first run>/report)")
     r.set_defaults(func=cmd_report_run)
+    r = rsub.add_parser(
+        "ablation", help="arms x seeds of `mappa ablate`: pooled accuracy, paired differences (Holm), curves"
+    )
+    r.add_argument("ablation", help="the ablation folder (ablation.json, <arm>/seed-<s>/ runs)")
+    r.add_argument("--out", default=None, help="output folder (default: <ablation>/report)")
+    r.set_defaults(func=cmd_report_ablation)
     return p
 
 
@@ -106,3 +113,19 @@ def cmd_report_run(args: argparse.Namespace) -> int:
     md = write_report(runs, out, evals=args.eval or [])
     print(f"report: {md} and {out / 'report.html'} (figures: {', '.join(p.name for p in sorted(out.glob('*.png')))})")
     return 0
+
+
+def cmd_report_ablation(args: argparse.Namespace) -> int:
+    if not (Path(args.ablation) / "ablation.json").is_file():
+        raise SystemExit(f"mappa report ablation: no ablation.json in {args.ablation}")
+    try:
+        from benchmarks.ablation_report import write_report
+    except ImportError as e:
+        raise SystemExit(
+            f"mappa report ablation needs the report extra (pip install 'mappa-envs[report]'): {e}"
+        ) from None
+    out = Path(args.out or Path(args.ablation) / "report")
+    md, summary = write_report(args.ablation, out)
+    print(md)
+    print(f"\nreport: {out / 'ablation.md'}, {out / 'ablation.json'}")
+    return 0 if summary["finished_runs"] else 1
