@@ -6,7 +6,8 @@ mappa train --preset demo                    train every role (REINFORCE++ / GRP
 mappa eval -k 1                              evaluate a team on AIME-32, AMC-32 and DSBench eval, with intervals
 mappa eval --run RUN --tasks F --compare     a run's team vs the bundled one on a task file: paired exact test
 mappa report run RUN [RUN ...]               a report (Markdown + PNG, HTML) of training runs
-mappa ablate --preset smoke                  coach vs outcome-only vs GRPO on one seed and budget, then a report
+mappa ablate --preset smoke --seeds 0,1,2   coach vs outcome-only vs GRPO, every seed, one budget, then the reports
+mappa report ablation OUT                    an ablation pooled over seeds and problems (intervals, Holm p-values)
 mappa bench                                  the performance suite (every figure against a reference)
 mappa report coach-bias TRAJECTORIES         coach scores by role, task type and outcome
 mappa rescore RUN --coach SPEC --out DIR     re-score a run's stored episodes with another coach (resumable)
