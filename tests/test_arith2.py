@@ -155,3 +155,19 @@ def test_the_change_is_printed_per_category():
     assert lines[2].split() == ["sub", "1/2", "->", "1/2", "(+1,", "-1)"]
     assert lines[3].split() == ["mul", "0/1", "->", "0/1", "(+0,", "-0)"]
     assert _fmt_categories({**before, "categories": ["add"] * 5}, {**after, "categories": ["add"] * 5}) == []
+
+
+def test_mappa_eval_of_a_sealed_suite_needs_unsealing_and_is_logged(tmp_path, monkeypatch):
+    from baselines.evaluate import EvalConfig, evaluate
+    from mappa_envs.sealed import SealedSplit, read_access_log
+
+    monkeypatch.setenv("MAPPA_TEST_ACCESS_LOG", str(tmp_path / "access.jsonl"))
+    cfg = EvalConfig(suites=("mathchat:arith2-test-1step",), limit=4, sandbox="subprocess", concurrency=4)
+    with pytest.raises(SealedSplit):
+        evaluate(ScriptedPolicy(_half_right), cfg, log=lambda _: None)
+    cfg.unseal_test = True
+    result = evaluate(ScriptedPolicy(_half_right), cfg, out_dir=tmp_path / "eval", log=lambda _: None)
+    (line,) = read_access_log()
+    assert line["split"] == "arith2-test-1step" and line["episodes"] == 4 and line["correct"] == 2
+    assert line["result_file"] == str(tmp_path / "eval" / "eval.json") and (tmp_path / "eval" / "eval.json").exists()
+    assert result["suites"]["mathchat:arith2-test-1step"]["episodes"] == 4
