@@ -225,6 +225,7 @@ def config_record(cfg: TrainConfig) -> dict[str, Any]:
     (:mod:`mappa_envs.coach.information`: ``outcome`` for an outcome-only estimator or no coach, else the coach's)."""
     from dataclasses import asdict
 
+    from mappa_envs.coach import coach_from_spec
     from mappa_envs.coach.information import reward_information
 
     from .advantages import uses_process_reward
@@ -233,4 +234,5 @@ def config_record(cfg: TrainConfig) -> dict[str, Any]:
         process = uses_process_reward(cfg.estimator)
     except (KeyError, ValueError):  # an estimator not registered here: the checks report it
         process = True
-    return {**asdict(cfg), "reward_information": reward_information(cfg.coach, process)}
+    coach = None if cfg.coach == "none" or not process else coach_from_spec(cfg.coach)
+    return {**asdict(cfg), "reward_information": reward_information(coach, process)}

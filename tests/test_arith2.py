@@ -78,7 +78,7 @@ def test_a_sealed_split_is_built_only_when_unsealed(tmp_path, monkeypatch):
     from mappa_envs.sealed import SealedSplit, is_sealed, sealed_splits
 
     assert sealed_splits("mappa/MathChat-v0") == arith2.SEALED
-    with pytest.raises(SealedSplit, match="sealed test split.*--unseal-test"):
+    with pytest.raises(SealedSplit, match=r"sealed test split.*--unseal-test"):
         mappa_envs.make("mappa/MathChat-v0", split="arith2-test-1step")
     env = mappa_envs.make("mappa/MathChat-v0", split="arith2-test-1step", unseal=True)
     assert len(env.unwrapped.tasks) == 96
@@ -136,7 +136,7 @@ def test_rewards_are_labelled_by_what_they_see():
     assert information_label(coach_from_spec("rule-hindsight-outcome")) == "outcome+final-answer-key"
     assert information_label(coach_from_spec("mappa_envs.coach:LengthCoach")) == "none"
     assert information_label(object()) == "undeclared"
-    assert reward_information("rule", process_reward=False) == reward_information("none") == "outcome"
+    assert reward_information(coach_from_spec("rule"), process_reward=False) == reward_information("none") == "outcome"
     record = config_record(TrainConfig(coach="rule-hindsight"))
     assert record["reward_information"] == "outcome+per-action-answer-key" and record["coach"] == "rule-hindsight"
     assert config_record(TrainConfig(estimator="outcome", coach="none"))["reward_information"] == "outcome"

@@ -201,7 +201,10 @@ def _information(args: argparse.Namespace, run_cfg: dict) -> str:
     if run_cfg.get("reward_information"):
         return run_cfg["reward_information"]
     if run_cfg:  # a run from before the label was stored: derived from its coach and estimator
-        return reward_information(run_cfg.get("coach", "rule"), run_cfg.get("estimator") != "outcome")
+        from mappa_envs.coach import coach_from_spec
+
+        coach, process = run_cfg.get("coach", "rule"), run_cfg.get("estimator") != "outcome"
+        return reward_information(coach_from_spec(coach) if coach != "none" and process else None, process)
     return "none" if not (args.model or args.role_model) else "undeclared"
 
 

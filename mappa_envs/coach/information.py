@@ -49,15 +49,13 @@ def information_label(information: Any) -> str:
     return "+".join(label for label in _ORDER if label in labels)
 
 
-def reward_information(coach: str, process_reward: bool = True) -> str:
+def reward_information(coach: Any, process_reward: bool = True) -> str:
     """The label of a training run's reward: ``outcome`` for an estimator that trains on the outcome only
-    (``process_reward=False``) or without a coach, else its coach's (built from the spec,
-    :func:`~mappa_envs.coach.coach_from_spec`)."""
-    from .rescore import coach_from_spec
-
-    if coach == "none" or not process_reward:
+    (``process_reward=False``) or without a coach (``None`` or ``"none"``), else its coach's (a coach object; build
+    one from a spec with :func:`~mappa_envs.coach.coach_from_spec`)."""
+    if coach is None or coach == "none" or not process_reward:
         return "outcome"
-    return information_label(coach_from_spec(coach))
+    return information_label(coach)
 
 
 __all__ = ["LABELS", "information_label", "reward_information"]

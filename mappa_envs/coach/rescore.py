@@ -27,6 +27,7 @@ from typing import Any
 from ..core import EpisodeRecord, read_jsonl
 from .coaches import Coach
 from .hindsight import HindsightCoach, RuleHindsightCoach
+from .information import information_label
 from .protocol import CoachEvaluation, CoachInput, inputs_for_episode
 from .rule_based import RuleBasedCoach
 from .wrapper import CoachPool, EpisodePart
@@ -206,7 +207,9 @@ def rescore(
     finally:
         pool.close(cancel=failed)  # interrupted: the queued calls would be made and then lost
     stats.requests = pool.submitted
-    (out / "summary.json").write_text(json.dumps({"source": str(source), "name": name, **asdict(stats)}, indent=1))
+    info = {"coach": getattr(coach, "name", type(coach).__name__), "information": information_label(coach)}
+    summary = {"source": str(source), "name": name, **info, **asdict(stats)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
     log(f"[rescore] {stats.episodes} episodes, {stats.actions} actions: {stats.calls} evaluations in "
         f"{stats.requests} coach calls, {stats.reused} re-used from an earlier run, {stats.fallbacks} fallbacks "
         f"-> {traj_path}")  # fmt: skip
