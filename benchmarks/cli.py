@@ -12,6 +12,7 @@ mappa bench                                  the performance suite (every figure
 mappa report coach-bias TRAJECTORIES         coach scores by role, task type and outcome
 mappa rescore RUN --coach SPEC --out DIR     re-score a run's stored episodes with another coach (resumable)
 mappa sandbox build|reap|serve|check         the sandbox image and service, which backends run here
+mappa env serve ENV_ID [--seat ROLE]         an env served over OpenEnv (WebSocket sessions; the openenv extra)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import ablate, evaluate, report, rescore, run, train
+from .commands import ablate, evaluate, report, rescore, run, serve, train
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_parser(sub)
     rescore.add_parser(sub)
     run.add_parsers(sub)
+    serve.add_parser(sub)
     return parser
 
 

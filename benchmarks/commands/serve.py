@@ -1,0 +1,99 @@
+"""``mappa env serve ENV_ID``: a registered env served over OpenEnv (needs the ``openenv`` extra).
+
+mappa env serve mappa/MathChat-v0 --port 8000                        the client plays every agent in turn
+mappa env serve mappa/MathChat-v0 --seat code_executor \\
+    --policy problem_solver=smollm2@http://127.0.0.1:8001/v1 \\
+    --policy verifier=scripted:'\\boxed{0}'                           the client plays one role (seat mode)
+mappa env serve mappa/MathChat-v0 --coach rule                       per-action coach rewards
+
+See docs/integrations.md and :mod:`mappa_envs.integrations.openenv_server`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .common import env_args, key_values
+
+
+def add_parser(sub: Any) -> None:
+    env = sub.add_parser("env", help="serve an env over OpenEnv (mappa env serve -h)")
+    env_sub = env.add_subparsers(dest="env_command", required=True)
+    p = env_sub.add_parser(
+        "serve",
+        help="serve ENV_ID over OpenEnv (WebSocket sessions)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("env_id", help="registered env id (mappa envs lists them)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--seat", default=None, help="the role the client plays; the others need --policy")
+    p.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="ROLE=SPEC",
+        help="who plays ROLE server-side in seat mode: MODEL@URL (an OpenAI-compatible endpoint) or scripted:REPLY",
+    )
+    p.add_argument("--coach", default=None, help="per-action rewards from a coach: rule, llm:MODEL@URL, ...")
+    p.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions; more are answered busy")
+    p.add_argument("--idle-timeout", type=float, default=300.0, help="seconds before an idle session is closed")
+    p.add_argument("--max-action-chars", type=int, default=1_000_000, help="longer replies are cut (and recorded)")
+    p.add_argument("--split", default=None, help="task split (env-specific)")
+    p.add_argument("--sandbox", default=None, help="sandbox backend for tool calls (default: the env's)")
+    p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env argument (JSON value)")
+    p.add_argument("--max-tokens", type=int, default=512, help="endpoint policies: tokens per reply")
+    p.add_argument("--temperature", type=float, default=0.6, help="endpoint policies: sampling temperature")
+    p.set_defaults(func=cmd_serve)
+
+
+def policies_from_args(items: list[str], max_tokens: int = 512, temperature: float = 0.6) -> dict[str, Any]:
+    """``ROLE=MODEL@URL`` (:class:`baselines.teams.OpenAIPolicy`) or ``ROLE=scripted:REPLY``
+    (:class:`~mappa_envs.core.ScriptedPolicy` always giving REPLY), by role."""
+    from mappa_envs.core import ScriptedPolicy
+
+    policies: dict[str, Any] = {}
+    for role, value in key_values(items, "--policy").items():
+        if value.startswith("scripted:"):
+            policies[role] = ScriptedPolicy([value[len("scripted:") :]])
+        elif "@" in value and value.split("@", 1)[0]:
+            from baselines.teams import OpenAIPolicy
+
+            model, url = value.split("@", 1)
+            policies[role] = OpenAIPolicy(url, model, max_tokens=max_tokens, temperature=temperature)
+        else:
+            raise SystemExit(f"--policy {role}={value}: expected ROLE=MODEL@URL or ROLE=scripted:REPLY")
+    return policies
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from mappa_envs.integrations.openenv_server import create_mappa_app, serve
+    except ImportError as e:
+        raise SystemExit(f"mappa env serve needs openenv-core: pip install 'mappa-envs[openenv]' ({e})") from e
+    from mappa_envs.coach import coach_from_spec
+
+    env_kwargs: dict[str, Any] = env_args(args.env_arg)
+    if args.split:
+        env_kwargs["split"] = args.split
+    if args.sandbox:
+        env_kwargs["sandbox"] = args.sandbox
+    others = policies_from_args(args.policy, args.max_tokens, args.temperature) or None
+    try:
+        app = create_mappa_app(
+            args.env_id,
+            env_kwargs=env_kwargs,
+            seat=args.seat,
+            others=others,
+            coach=coach_from_spec(args.coach) if args.coach else None,
+            max_sessions=args.max_sessions,
+            idle_timeout_s=args.idle_timeout or None,
+            max_action_chars=args.max_action_chars,
+        )
+    except ValueError as e:
+        raise SystemExit(f"mappa env serve: {e}") from e
+    print(f"serving {args.env_id} over OpenEnv on ws://{args.host}:{args.port}/ws", flush=True)
+    serve(app, host=args.host, port=args.port)
+    return 0
