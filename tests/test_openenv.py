@@ -293,3 +293,52 @@ def test_the_cli_builds_the_server_from_its_options():
     assert others["verifier"].generate([[]]) == ["\\boxed{1}"]
     with pytest.raises(SystemExit, match="ROLE=MODEL@URL or ROLE=scripted:REPLY"):
         policies_from_args(["verifier=nothing"])
+
+
+def test_the_openenv_package_passes_openenv_validate():
+    """deploy/openenv: what ``openenv validate deploy/openenv`` checks (pyproject's server script, uv.lock,
+    server/app.py's main), and its app module builds the server."""
+    import importlib.util
+    from pathlib import Path
+
+    from openenv.cli._validation import validate_multi_mode_deployment
+
+    package = Path(__file__).resolve().parents[1] / "deploy" / "openenv"
+    assert validate_multi_mode_deployment(package) == (True, [])
+    assert (package / "Dockerfile").exists() and "app: server.app:app" in (package / "openenv.yaml").read_text()
+    spec = importlib.util.spec_from_file_location("mappa_openenv_app", package / "server" / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.ENV_ID == "mappa/MathChat-v0" and callable(module.main)
+    assert any(getattr(route, "path", None) == "/ws" for route in module.app.routes)
+
+
+@pytest.mark.slow  # a server process started (~5 s)
+def test_mappa_env_serve_runs_a_server_that_openenv_validates(tmp_path):
+    import socket
+
+    from openenv.cli._validation import validate_running_environment
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tasks = json.dumps(TASKS)
+    command = [sys.executable, "-m", "benchmarks.cli", "env", "serve", "mappa/MathChat-v0", "--port", str(port)]
+    command += ["--env-arg", f"tasks={tasks}", "--sandbox", "subprocess", "--coach", "rule"]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120  # its imports take ~20 s on a loaded machine
+        while True:
+            try:
+                assert json.loads(_get(url + "/health"))["status"] == "healthy"
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, server.stdout.read()
+                time.sleep(0.2)
+        report = validate_running_environment(url, timeout_s=30)
+        assert report["passed"], json.dumps(report["criteria"], indent=1)
+        assert asyncio.run(_play(url, 0))[1].observation.info["outcome"]["correct"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,0 +1,1 @@
+"""The OpenEnv server of a mappa env (``server.app:app``)."""
