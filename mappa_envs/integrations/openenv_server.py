@@ -108,10 +108,10 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = 
 
 
 class RunningServer:
-    """``app`` served by uvicorn in a background thread (tests, notebooks); ``port=0`` takes a free port.
+    """``app`` served by uvicorn in a background thread (tests, notebooks); ``port=0`` takes a free port::
 
-    >>> # with RunningServer(create_mappa_app("mappa/MathChat-v0")) as server:
-    >>> #     client = MappaEnvClient(base_url=server.url)
+    with RunningServer(create_mappa_app("mappa/MathChat-v0")) as server:
+        client = MappaEnvClient(base_url=server.url)
     """
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"):
