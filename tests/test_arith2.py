@@ -171,3 +171,20 @@ def test_mappa_eval_of_a_sealed_suite_needs_unsealing_and_is_logged(tmp_path, mo
     assert line["split"] == "arith2-test-1step" and line["episodes"] == 4 and line["correct"] == 2
     assert line["result_file"] == str(tmp_path / "eval" / "eval.json") and (tmp_path / "eval" / "eval.json").exists()
     assert result["suites"]["mathchat:arith2-test-1step"]["episodes"] == 4
+
+
+def test_a_result_file_says_what_the_methods_reward_saw(tmp_path):
+    """mappa eval --protocol: the run's reward_information (or, for a run from before the label, its coach and
+    estimator's) in the result file's method; the untrained bundled team saw nothing."""
+    import argparse
+
+    from benchmarks.commands.evaluate import _information
+
+    args = argparse.Namespace(model=None, role_model=[])
+    assert _information(args, {"reward_information": "outcome+final-answer-key"}) == "outcome+final-answer-key"
+    assert _information(args, {"coach": "rule-hindsight", "estimator": "reinforce_pp"}) == (
+        "outcome+per-action-answer-key"
+    )
+    assert _information(args, {"coach": "rule", "estimator": "outcome"}) == "outcome"
+    assert _information(args, {}) == "none"
+    assert _information(argparse.Namespace(model="some/model", role_model=[]), {}) == "undeclared"

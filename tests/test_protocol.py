@@ -60,7 +60,9 @@ def test_result_files_and_the_leaderboard(tmp_path):
     rows = board["suites"]["mathchat:arith1-eval"]
     assert [r["method"] for r in rows] == ["adds", "off-by-one"]  # ranked by score
     assert rows[0]["score"] > rows[1]["score"] and rows[1]["vs_above"]["p_value"] < 0.05
-    assert "| 1 | adds |" in format_leaderboard(board)
+    assert "| 1 | adds | undeclared |" in format_leaderboard(board)  # a method that does not say what it saw
+    a["method"]["information"] = "final-answer-key"
+    assert "| 1 | adds | final-answer-key |" in format_leaderboard(leaderboard([b, a]))
     other = {**b, "protocol": "mappa-bench-v0"}
     with pytest.raises(ValueError, match="different protocol versions"):
         leaderboard([a, other])
