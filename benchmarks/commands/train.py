@@ -307,7 +307,7 @@ def _print_iteration(trainer, cfg, m: dict, t0: float) -> None:
     """An iteration's line (per role: coach score and its spread, tool success, loss, KL; coach fallbacks; the
     phases' times), after a warning for each role whose coach scores were all equal."""
     for r in trainer.roles:
-        if r in m and m[r].get("samples", 0) > 1 and m[r].get("coach_score_std", 1.0) == 0.0:
+        if cfg.coach != "none" and r in m and m[r].get("samples", 0) > 1 and m[r].get("coach_score_std", 1.0) == 0.0:
             print(
                 f"warning: every {r} action of iteration {m['iteration'] + 1} got the same coach score "
                 f"({m[r].get('mean_coach_score', 0):.1f}): equal rewards give no advantage, it learns nothing",
