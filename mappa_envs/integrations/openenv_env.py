@@ -33,9 +33,10 @@ from typing import Any
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from ..core import policy_for, sanitize
-from ..registry import make, spec
+from ..core import sanitize
+from ..registry import spec
 from .openenv_models import MappaAction, MappaObservation, MappaState
+from .seat import TeamPlay, seat_agent
 
 SHAPE = 'an action is {"text": "<reply>"} (or {"text_b64": "<base64 of raw bytes>"})'
 
@@ -67,34 +68,18 @@ def open_environments() -> list[MappaEnvironment]:
         return list(_OPEN)
 
 
-def seat_agent(env: Any, seat: str | None) -> str | None:
-    """The agent id of ``seat`` (a role name or an agent id) in ``env``; raises naming the roles when unknown."""
-    if seat is None:
-        return None
-    u = env.unwrapped
-    by_role = {r.name: r.agent for r in u.roles}
-    if seat in by_role or seat in u.possible_agents:
-        return by_role.get(seat, seat)
-    raise ValueError(f"no role {seat!r} in {u.env_id}: roles are {sorted(by_role)}")
-
-
 class MappaEnvironment(Environment[MappaAction, MappaObservation, MappaState]):
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self, config: ServeConfig):
         super().__init__()
         self.config = config
-        env = make(config.env_id, **config.env_kwargs)
-        if config.coach is not None:
-            from ..coach import CoachRewardWrapper
-
-            env = CoachRewardWrapper(env, config.coach, blocking=True)
-        self.env = env
-        self.seat = seat_agent(env, config.seat)
+        self.team = TeamPlay(config.env_id, config.env_kwargs, config.seat, config.others, config.coach)
+        self.env = self.team.env
+        self.seat = self.team.seat
         self._closed = False
         self._steps = 0
         self._episode_id: str | None = None
-        self._totals: dict[str, float] = {}
         with _OPEN_LOCK:
             _OPEN.add(self)
 
@@ -105,11 +90,9 @@ class MappaEnvironment(Environment[MappaAction, MappaObservation, MappaState]):
         unknown = sorted(set(kwargs) - {"task_index", "task_id"})
         if unknown:
             raise ValueError(f"unknown reset options {unknown}: reset takes seed, episode_id, task_index, task_id")
-        self.env.reset(seed=seed, options=dict(kwargs) or None)
+        rewards = self.team.reset(seed=seed, options=kwargs)
         self._episode_id = episode_id or self.env.unwrapped.record.episode_id
-        self._totals = {a: 0.0 for a in self.env.unwrapped.possible_agents}
         self._steps = 0
-        rewards = self._play_others()
         return self._observation(0, rewards, reward=None)
 
     def step(self, action: MappaAction, timeout_s: float | None = None, **kwargs: Any) -> MappaObservation:
@@ -118,24 +101,21 @@ class MappaEnvironment(Environment[MappaAction, MappaObservation, MappaState]):
         u = self.env.unwrapped
         if u.record is None:
             return self._refusal("no episode: reset first (the HTTP /step endpoint keeps no session: use /ws)")
-        if self._done():
+        if self.team.done():
             return self._refusal("the episode is over: reset for a new one")
         value, problems = self._read(action)
-        agent, first = self.env.agent_selection, len(u.record.actions)
-        self.env.step(value)
+        agent = self.env.agent_selection
+        first, rewards = self.team.act(value)
         self._steps += 1
-        rewards = self._collect()
         if problems and len(u.record.actions) > first:
             u.record.actions[first].issues.extend(f"openenv: {p}" for p in problems)
-        for a, r in self._play_others().items():
-            rewards[a] += r
         error = "malformed action, recorded as such (the episode goes on): " + "; ".join(problems) if problems else None
         return self._observation(first, rewards, reward=rewards[self.seat or agent], error=error)
 
     @property
     def state(self) -> MappaState:
         u = self.env.unwrapped
-        done = u.record is not None and self._done()
+        done = u.record is not None and self.team.done()
         return MappaState(
             episode_id=self._episode_id,
             step_count=self._steps,
@@ -165,33 +145,7 @@ class MappaEnvironment(Environment[MappaAction, MappaObservation, MappaState]):
         self._closed = True
         with _OPEN_LOCK:
             _OPEN.discard(self)
-        self.env.close()
-
-    # ----------------------------------------------------------------- the episode
-    def _done(self) -> bool:
-        env = self.env
-        return not env.agents or all(env.terminations[a] or env.truncations[a] for a in env.agents)
-
-    def _collect(self) -> dict[str, float]:
-        """Each agent's reward from the step just taken (PettingZoo's ``env.rewards``), added to the totals."""
-        rewards = {a: float(self.env.rewards.get(a, 0.0)) for a in self._totals}
-        for a, r in rewards.items():
-            self._totals[a] += r
-        return rewards
-
-    def _play_others(self) -> dict[str, float]:
-        """Seat mode: the other roles act (their policies) until it is the seat's turn or the episode is over."""
-        rewards = {a: 0.0 for a in self._totals}
-        if self.seat is None:
-            return rewards
-        u = self.env.unwrapped
-        while not self._done() and self.env.agent_selection != self.seat:
-            agent = self.env.agent_selection
-            policy = policy_for(self.config.others, agent, u.role(agent).name)
-            self.env.step(policy.generate([u.messages(agent)])[0])
-            for a, r in self._collect().items():
-                rewards[a] += r
-        return rewards
+        self.team.close()
 
     def _read(self, action: Any) -> tuple[Any, list[str]]:
         """What the env is given for ``action``, and what was wrong with its form (empty when nothing)."""
@@ -225,7 +179,7 @@ class MappaEnvironment(Environment[MappaAction, MappaObservation, MappaState]):
 
     # ----------------------------------------------------------------- observations
     def _refusal(self, error: str) -> MappaObservation:
-        done = self._closed or self.env.unwrapped.record is None or self._done()
+        done = self._closed or self.env.unwrapped.record is None or self.team.done()
         return MappaObservation(done=done, reward=None, error=error, info=self._essentials())
 
     def _essentials(self) -> dict[str, Any]:
@@ -237,7 +191,7 @@ class MappaEnvironment(Environment[MappaAction, MappaObservation, MappaState]):
             "task_id": None if rec is None else rec.task_id,
             "seat": None if self.seat is None else u.role(self.seat).name,
             "actions_so_far": 0 if rec is None else len(rec.actions),
-            "episode_rewards": dict(self._totals),
+            "episode_rewards": dict(self.team.totals),
         }
 
     def _observation(
@@ -245,7 +199,7 @@ class MappaEnvironment(Environment[MappaAction, MappaObservation, MappaState]):
     ) -> MappaObservation:
         """The observation after the actions from index ``first`` on; ``rewards``: what each agent got meanwhile."""
         u = self.env.unwrapped
-        done = self._done()
+        done = self.team.done()
         info = {
             **self._essentials(),
             "rewards": dict(rewards),

@@ -32,9 +32,9 @@ from typing import Any
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
-from ..registry import make
-from .openenv_env import MappaEnvironment, ServeConfig, seat_agent
+from .openenv_env import MappaEnvironment, ServeConfig
 from .openenv_models import MappaAction, MappaObservation
+from .seat import check_seat
 
 WS_MAX_SIZE = 64 * 2**20
 
@@ -74,30 +74,7 @@ def create_mappa_app(
 def check_config(config: ServeConfig) -> None:
     """Raise ``ValueError`` with the reason when ``config`` cannot serve: an unknown seat, a seat without policies
     for the other roles (or policies without a seat)."""
-    from ..core import policy_for
-
-    probe = make(config.env_id, **config.env_kwargs)
-    try:
-        seat = seat_agent(probe, config.seat)
-        if seat is None:
-            if config.others is not None:
-                raise ValueError("policies for the other roles are given but no seat: pass seat=ROLE")
-            return
-        if config.others is None:
-            raise ValueError(f"seat {config.seat!r}: give policies for the other roles (others=...)")
-        u = probe.unwrapped
-        missing = []
-        for role in u.roles:
-            if role.agent == seat:
-                continue
-            try:
-                policy_for(config.others, role.agent, role.name)
-            except KeyError:
-                missing.append(role.name)
-        if missing:
-            raise ValueError(f"seat {config.seat!r}: no policy for the roles {missing}")
-    finally:
-        probe.close()
+    check_seat(config.env_id, config.env_kwargs, config.seat, config.others)
 
 
 def serve(app: Any, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
