@@ -15,6 +15,7 @@ from typing import Any
 
 from .config import TrainConfig
 from .engines import pack_weights
+from .losses import ppo_clip_loss
 from .packing import (
     SharedPrefix,
     balance,
@@ -313,8 +314,6 @@ class RoleWorker:
         """One pass's PPO clipped surrogate (its tokens' mean), its token count, clip fraction and mean importance
         weight; old log-probs None: this pass's own, detached (ratio 1). With ``rollout_is_cap`` and the engine's
         log-probs (``behaviour``): each token's loss weighted by ``min(pi_trainer / pi_engine, cap)``."""
-        from .local_trainer import ppo_clip_loss
-
         torch = self._torch
         logp = torch.cat(lps)[None]
         adv = torch.cat([advantages[j].to(logp) for j in idx])[None]

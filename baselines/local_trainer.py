@@ -1,7 +1,7 @@
 """A single-process trainer for small models with plain transformers: REINFORCE++, GRPO or outcome-only.
 
-For debugging and machines without Ray. It shares the estimators (:mod:`baselines.advantages`) and the sample code
-(:mod:`baselines.samples`) with the distributed trainer. One iteration:
+For debugging and machines without Ray. It shares the estimators (:mod:`baselines.advantages`), the loss
+(:mod:`baselines.losses`) and the sample code (:mod:`baselines.samples`) with the distributed trainer. One iteration:
 
 1. roll out ``prompts_per_iteration x samples_per_prompt`` episodes with the current policies (generation batched
    per role), the coach scoring every action concurrently;
@@ -28,32 +28,12 @@ import torch
 from .advantages import RoleBatch, advantages_by_role
 from .config import TrainConfig
 from .loop import TrainerBase
+from .losses import ppo_clip_loss
 from .policies import GenerationConfig, TransformersPolicy
 from .role_weights import role_models, weight_groups
 from .samples import Sample, TokenBatch, token_logprobs, tokenize_samples
 
 __all__ = ["LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss", "scatter_responses"]
-
-
-def ppo_clip_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    adv: torch.Tensor,
-    mask: torch.Tensor,
-    clip_eps: float,
-    weights: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token-level PPO clipped surrogate, averaged over response tokens. Shapes ``[B, T]``. ``weights``: per-token
-    importance weights (detached) multiplying each token's loss, the average still over the tokens (truncated
-    importance sampling, ``TrainConfig.rollout_is_cap``)."""
-    ratio = torch.exp(logp - old_logp)
-    loss_tok = torch.maximum(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps))
-    if weights is not None:
-        loss_tok = loss_tok * weights
-    n = mask.sum().clamp(min=1)
-    loss = (loss_tok * mask).sum() / n
-    clipped = ((ratio - 1).abs() > clip_eps).float()
-    return loss, {"clip_frac": float((clipped * mask).sum() / n)}
 
 
 class RoleLearner:
