@@ -26,6 +26,7 @@ import os
 import shutil
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -85,9 +86,10 @@ def _update_summary(role: str, m: dict[str, Any]) -> str:
     return f"{role} {total:.0f}s ({', '.join(parts)})"
 
 
-class TrainerBase:
-    """The iteration loop; subclasses implement :meth:`policies`, :meth:`update`, :meth:`sync`,
-    :meth:`save_state` and :meth:`load_state`."""
+class TrainerBase(ABC):
+    """The iteration loop; a subclass implements the abstract methods (:meth:`policies`, :meth:`update`,
+    :meth:`save_state`, :meth:`load_state`, :meth:`export_models`) and, when its policies generate from a copy of
+    the weights, :meth:`sync`."""
 
     kind: str = ""
     """The ``TrainConfig.trainer`` value this class implements (``"ray"``, ``"local"``)."""
@@ -121,22 +123,30 @@ class TrainerBase:
         """Called with one progress line after each phase of an iteration (rollout, update), or None."""
 
     # ----------------------------------------------------------------- to implement
+    @abstractmethod
     def policies(self) -> Mapping[str, Policy]:
-        raise NotImplementedError
+        """The policy each role generates with (the rollout's)."""
 
+    @abstractmethod
     def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
         """One optimisation step per role on its samples; returns per-role statistics."""
-        raise NotImplementedError
 
     def sync(self) -> float:
         """Make the generating policies use the updated weights; returns the seconds it took."""
         return 0.0
 
+    @abstractmethod
     def save_state(self, path: Path) -> None:
-        raise NotImplementedError
+        """Write everything a resume needs (weights, optimiser state) into the checkpoint folder ``path``."""
 
+    @abstractmethod
     def load_state(self, path: Path) -> None:
-        raise NotImplementedError
+        """Read back what :meth:`save_state` wrote into ``path``."""
+
+    @abstractmethod
+    def export_models(self, path: Path) -> None:
+        """Write each role's current weights as a transformers folder ``path/<role>/`` (what ``mappa eval --run``
+        loads)."""
 
     def eval_policies(self, temperature: float) -> Mapping[str, Policy]:
         """The current policies sampling at ``temperature`` (held-out evaluation)."""
@@ -356,11 +366,6 @@ class TrainerBase:
         if start < cfg.iterations or not (self.out / "models").exists():
             self.export_models(self.out / "models")
         return history
-
-    def export_models(self, path: Path) -> None:
-        """Write each role's current weights as a transformers folder ``path/<role>/`` (what ``mappa eval --run``
-        loads)."""
-        raise NotImplementedError
 
     def close(self) -> None:
         self.metrics_log.close()
