@@ -267,6 +267,58 @@ def test_outcome_and_mixed_wrappers():
     assert last.reward == pytest.approx(0.25 * last.info["coach"]["score"] / 10 + 0.75)
 
 
+def _rewards_a_loop_sees(env, actions):
+    """Each agent's rewards summed over what a PettingZoo loop reads: ``last()`` before every step, and
+    ``env.rewards`` after every live step."""
+    actions, from_last, from_steps = list(actions), {}, {}
+    for agent in env.agent_iter():
+        _, reward, term, trunc, _ = env.last()
+        from_last[agent] = from_last.get(agent, 0.0) + reward
+        env.step(None if term or trunc else actions.pop(0))
+        if not (term or trunc):
+            for a, r in env.rewards.items():
+                from_steps[a] = from_steps.get(a, 0.0) + r
+    return from_last, from_steps
+
+
+def test_reward_wrappers_show_their_rewards_without_writing_the_envs_own():
+    """The wrappers give their rewards through PettingZoo's public surface (``rewards``, ``last()``): what a loop
+    reads adds up to each agent's action rewards, the env keeps its own outcome rewards, and a PettingZoo wrapper
+    around a reward wrapper reports the wrapper's rewards."""
+    from pettingzoo.utils import BaseWrapper
+
+    actions = ["\\boxed{42}", "```python\nprint(42)\n```", "ok", "\\boxed{42}"]
+    cases = {
+        "blocking": lambda: CoachRewardWrapper(make(), RuleBasedCoach(), blocking=True),
+        "pooled": lambda: CoachRewardWrapper(make(), RuleBasedCoach()),
+        "mixed": lambda: MixedRewardWrapper(make(), RuleBasedCoach(), alpha=0.25, blocking=True),
+        "outcome": lambda: OutcomeRewardWrapper(make(), key="correct"),
+        "wrapped": lambda: BaseWrapper(CoachRewardWrapper(make(), RuleBasedCoach(), blocking=True)),
+    }
+    for name, build in cases.items():
+        env = build()
+        env.reset(seed=0)
+        from_last, from_steps = _rewards_a_loop_sees(env, actions)
+        by_agent = {}
+        for a in env.unwrapped.record.actions:
+            by_agent[a.agent] = by_agent.get(a.agent, 0.0) + a.reward
+        assert from_last == pytest.approx(by_agent), name
+        assert len(set(by_agent.values())) > 1 or name == "outcome", name  # the coach's rewards, not one outcome
+        # pooled and mixed give rewards at the first last() after the end (the process rewards; the outcome's
+        # share): a loop reads those from last(), not from env.rewards after a step
+        if name not in ("pooled", "mixed"):
+            assert from_steps == pytest.approx(by_agent), name
+        env.close()
+    # the env under the wrapper still holds its own rewards: the outcome, given to every agent at the end
+    env = CoachRewardWrapper(make(), RuleBasedCoach(), blocking=True)
+    env.reset(seed=0)
+    for action in actions:
+        env.step(action)
+    assert env.unwrapped.rewards == dict.fromkeys(env.agents, 1.0)
+    assert env.rewards != env.unwrapped.rewards
+    env.close()
+
+
 def test_wrapped_env_passes_pettingzoo_tests():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)

@@ -63,19 +63,58 @@ class EpisodePart:
 
 
 class _RewardWrapper(BaseWrapper):
-    """Replaces the env's own (outcome) rewards by the wrapper's, keeping PettingZoo's accumulation right."""
+    """Shows the wrapper's rewards in place of the env's own (outcome) ones, through PettingZoo's public surface.
+
+    The wrapper keeps its own ``rewards`` (each agent's reward from the last step) and what each agent accumulated
+    since it last acted (the reward :meth:`last` returns), following the env's steps the way PettingZoo's ``AECEnv``
+    accumulates: a live step of an agent starts its accumulation over and adds every agent's step reward; a dead
+    step drops the agent and clears the step rewards. The env's own reward dicts are read, never written
+    (``env.unwrapped.rewards`` keeps the env's outcome rewards).
+    """
+
+    def __init__(self, env: Any):
+        super().__init__(env)
+        self.rewards: dict[str, float] = dict(getattr(env, "rewards", None) or {})
+        self._returns: dict[str, float] = dict.fromkeys(self.rewards, 0.0)
+
+    @property
+    def _cumulative_rewards(self) -> dict[str, float]:
+        """The name PettingZoo's ``AECEnv.last`` reads, and the one private name its wrappers forward: a wrapper
+        around this one reports this wrapper's accumulated rewards (read-only)."""
+        return self._returns
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> None:
+        self.env.reset(seed=seed, options=options)
+        self.rewards = dict(self.env.rewards)
+        self._returns = dict.fromkeys(self.rewards, 0.0)
+
+    def last(self, observe: bool = True):
+        agent = self.agent_selection
+        observation = self.observe(agent) if observe else None
+        return observation, self._returns[agent], self.terminations[agent], self.truncations[agent], self.infos[agent]
+
+    def _env_step(self, action: Any) -> None:
+        """The env's step, then this wrapper's rewards follow it (the env's step rewards, to be replaced or not)."""
+        agent = self.env.agent_selection
+        dead = self.env.terminations[agent] or self.env.truncations[agent]
+        self.env.step(action)
+        step = dict(self.env.rewards)
+        if dead:  # PettingZoo's dead step: the agent leaves, the others keep what they accumulated
+            self._returns = {a: self._returns.get(a, 0.0) for a in step}
+        else:
+            self._returns = {a: (0.0 if a == agent else self._returns.get(a, 0.0)) + r for a, r in step.items()}
+        self.rewards = step
 
     def _take_env_rewards(self) -> None:
-        env = self.env.unwrapped
-        for a in list(env.rewards):
-            env._cumulative_rewards[a] -= env.rewards[a]
-            env.rewards[a] = 0.0
+        """Take back the env's own rewards of the step just taken (the wrapper gives its own instead)."""
+        for a in list(self.rewards):
+            self._returns[a] -= self.rewards[a]
+            self.rewards[a] = 0.0
 
     def _give(self, agent: str, reward: float) -> None:
-        env = self.env.unwrapped
-        if agent in env.rewards:
-            env.rewards[agent] += reward
-            env._cumulative_rewards[agent] += reward
+        if agent in self.rewards:
+            self.rewards[agent] += reward
+            self._returns[agent] += reward
 
 
 class CoachRewardWrapper(_RewardWrapper):
@@ -134,7 +173,7 @@ class CoachRewardWrapper(_RewardWrapper):
         self._drain()
         self._pending = []
         self._unfinished_outcome = None
-        self.env.reset(seed=seed, options=options)
+        super().reset(seed=seed, options=options)
 
     def last(self, observe: bool = True):
         self.finalize()
@@ -145,10 +184,10 @@ class CoachRewardWrapper(_RewardWrapper):
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             self.finalize()
-            self.env.step(action)
+            self._env_step(action)
             return
         before = len(env.record.actions)
-        self.env.step(action)
+        self._env_step(action)
         if len(env.record.actions) == before:
             return
         act = env.record.actions[-1]
@@ -251,9 +290,9 @@ class OutcomeRewardWrapper(_RewardWrapper):
         env = self.env.unwrapped
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
-            self.env.step(action)
+            self._env_step(action)
             return
-        self.env.step(action)
+        self._env_step(action)
         if not all(env.terminations.values()) or self.key is None:
             return  # the env's own reward already is the outcome
         self._take_env_rewards()
