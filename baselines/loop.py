@@ -4,6 +4,33 @@ logging (JSONL, TensorBoard, optional wandb, a progress bar) and checkpoint book
 A subclass supplies the policies that generate, the per-role update, the weight sync after it and the saving and
 loading of its own state (:class:`baselines.local_trainer.LocalTrainer`, :class:`baselines.ray_trainer.RayTrainer`).
 
+One iteration, in order (file, function; a row starting with ``or`` is the single-process trainer's instead;
+tests/test_iteration_map.py imports every name listed)::
+
+    baselines/loop.py               TrainerBase.train_iteration  the iteration, top to bottom
+    baselines/loop.py               TrainerBase.rollout          its tasks; stored episodes re-used
+    baselines/rollout.py            run_episodes                 the envs stepped together, round by round
+    baselines/engines.py            VLLMPolicy.submit            a role's waiting conversations to its engine
+      or baselines/policies.py      TransformersPolicy.generate
+    mappa_envs/core/pipeline.py     PipelineEnv.step             the action and its tool calls
+    mappa_envs/coach/wrapper.py     CoachRewardWrapper.step      the action to the coach; its reward back
+    mappa_envs/coach/protocol.py    inputs_for_episode           what the coach is shown
+    mappa_envs/coach/rule_based.py  RuleBasedCoach.evaluate      the score (the default coach, ``cfg.coach``)
+    baselines/store.py              TrajectoryStore.append       each finished episode, on disk
+    baselines/samples.py            samples_from_episodes        one sample per action, by role
+    baselines/samples.py            select_trainable             coach fallbacks, truncated replies left out
+    baselines/ray_trainer.py        RayTrainer.update            every role's update, the roles at once
+      or baselines/local_trainer.py LocalTrainer.update
+    baselines/packing.py            plan_shards                  a role's samples over its ranks
+    baselines/distributed.py        RoleWorker.logprobs          policy and reference log-probs
+      or baselines/local_trainer.py RoleLearner.logprobs
+    baselines/advantages.py         advantages_by_role           the estimator over each role's batch
+    baselines/distributed.py        RoleWorker.train_step        one optimiser step per set of weights
+      or baselines/local_trainer.py RoleLearner.step
+    baselines/losses.py             ppo_clip_loss                the loss both trainers minimise
+    baselines/ray_trainer.py        RayTrainer.sync              trainer weights to the engines
+    baselines/engines.py            VLLMEngine.load_weights      an engine loads them
+
 Layout of ``out_dir``::
 
     config.json
