@@ -54,8 +54,16 @@ def actor_groups(roles: list[str], weights: dict[str, WeightSpec]) -> tuple[dict
     return {r: first if owner[r] in lora else owner[r] for r in roles}, lora
 
 
-def start_actors(ray: Any, cfg: TrainConfig, roles: list[str], weights: dict[str, WeightSpec],
-                 paths: dict[str, str], engine_dtype: str, device: str, out: Path) -> Actors:  # fmt: skip
+def start_actors(
+    ray: Any,
+    cfg: TrainConfig,
+    roles: list[str],
+    weights: dict[str, WeightSpec],
+    paths: dict[str, str],
+    engine_dtype: str,
+    device: str,
+    out: Path,
+) -> Actors:
     """Every engine and rank the map asks for, each on its role's model (``paths``: role -> model folder), ready
     when this returns (on GPU every actor takes an equal share of
     the GPUs; engines start one at a time there: vLLM profiles free memory at start-up)."""

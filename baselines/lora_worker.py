@@ -98,8 +98,15 @@ class LoraWorker(RoleWorker):
     """One rank of the LoRA roles: the shared base, an adapter and an optimiser per role. Every method takes the
     role it acts for (``role=``; a :class:`RoleHandle` passes it)."""
 
-    def __init__(self, ranks: dict[str, int | None], rank: int, world_size: int, master_port: int, model_path: str,
-                 cfg: TrainConfig):  # fmt: skip
+    def __init__(
+        self,
+        ranks: dict[str, int | None],
+        rank: int,
+        world_size: int,
+        master_port: int,
+        model_path: str,
+        cfg: TrainConfig,
+    ):
         from .console import redirect_actor_output
 
         redirect_actor_output(os.environ.get("MAPPA_ACTOR_LOG_DIR"), f"trainer-lora-rank{rank}")
@@ -115,8 +122,9 @@ class LoraWorker(RoleWorker):
             import torch.distributed as dist
 
             backend = "nccl" if device == "cuda" else "gloo"
-            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{master_port}", rank=rank,
-                                    world_size=world_size)  # fmt: skip
+            dist.init_process_group(
+                backend, init_method=f"tcp://127.0.0.1:{master_port}", rank=rank, world_size=world_size
+            )
         torch.manual_seed(cfg.seed)  # every rank draws the same initial adapters
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         base = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, cfg.resolved_dtype()))

@@ -69,12 +69,21 @@ def mathchat_length_samples(tokenizer: Any, prompts: int, per_prompt: int, *, re
         for k in range(per_prompt):  # each sample of a prompt its own response (a different cut of the text)
             start = 11 * (p * per_prompt + k)
             response = text_ids[start : start + response_tokens]
-            out.append(
-                Sample(
-                    "code_executor", "code_executor_0", f"e{p}-{k}", f"t{p}", 1, 2, messages, SOLUTION,
-                    float((p + k) % 2), 0.0, list(response), truncated=True,
-                )
-            )  # fmt: skip
+            sample = Sample(
+                role="code_executor",
+                agent="code_executor_0",
+                episode_id=f"e{p}-{k}",
+                task_id=f"t{p}",
+                action_index=1,
+                turn=2,
+                messages=messages,
+                response=SOLUTION,
+                reward=float((p + k) % 2),
+                outcome=0.0,
+                response_ids=list(response),
+                truncated=True,
+            )
+            out.append(sample)
     env.close()
     return out
 
@@ -255,12 +264,24 @@ def _dtype_row(engine: Any, f32: Any, dtype: str, prompts: list[list[int]], cfg:
         out[name] = sum(len(r[1]) for r in replies) / (time.perf_counter() - t)
     figure = f"generation, {len(prompts)} rollout prompts in one batch, {dtype} engine (tok/s)"
     reference = "the same prompts on a float32 engine (tok/s)"
-    return {"figure": figure, "value": out[dtype], "reference": reference, "reference_value": out["float32"],
-            "higher_is_better": True}  # fmt: skip
+    return {
+        "figure": figure,
+        "value": out[dtype],
+        "reference": reference,
+        "reference_value": out["float32"],
+        "higher_is_better": True,
+    }
 
 
-def _rollout_row(cfg: Any, engines: dict[str, Any], tok: Any, episodes: int, concurrent: bool, sandbox: str,
-                 sent: dict[str, list[list[int]]]) -> dict:  # fmt: skip
+def _rollout_row(
+    cfg: Any,
+    engines: dict[str, Any],
+    tok: Any,
+    episodes: int,
+    concurrent: bool,
+    sandbox: str,
+    sent: dict[str, list[list[int]]],
+) -> dict:
     """Full MathChat rollouts on the engines (every prompt recorded in ``sent``), then the same prompts as raw
     batches."""
     import mappa_envs
@@ -272,9 +293,13 @@ def _rollout_row(cfg: Any, engines: dict[str, Any], tok: Any, episodes: int, con
     class Recording(VLLMPolicy):
         def __init__(self, role: str):
             super().__init__(
-                engines[role], tok, max_prompt_tokens=cfg.max_prompt_tokens, max_new_tokens=cfg.max_new_tokens,
-                temperature=cfg.temperature, concurrent=concurrent,
-            )  # fmt: skip
+                engines[role],
+                tok,
+                max_prompt_tokens=cfg.max_prompt_tokens,
+                max_new_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature,
+                concurrent=concurrent,
+            )
             self.role = role
 
         def encode(self, conversation):
@@ -368,9 +393,9 @@ def _sync_row(worker: Any, engine: Any, path: str, dtype: str) -> dict[str, Any]
 
 # ---------------------------------------------------------------------------------------------- demo iteration
 PREVIOUS_DEMO = [
-    "--micro-batch", "2", "--pack-tokens", "0", "--gradient-checkpointing", "--no-rollout-logprobs",
-    "--concurrent-generation", "--engine-dtype", "float32",
-]  # fmt: skip
+    *("--micro-batch", "2", "--pack-tokens", "0", "--engine-dtype", "float32"),
+    *("--gradient-checkpointing", "--no-rollout-logprobs", "--concurrent-generation"),
+]
 """The previous demo's settings (micro-batches of 2 with gradient checkpointing, the trainer's own policy pass,
 every role's engine generating at once, float32 engines). The smaller changes made with them are not switchable
 (micro-batches in length order, fused AdamW, no all-reduce with one rank, weights as numpy arrays): the reference is
@@ -380,10 +405,8 @@ the previous settings on today's code, so it is faster than the previous code wa
 def bench_demo_iteration() -> dict[str, Any]:
     def run(extra: list[str]) -> float:
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [
-                sys.executable, "-m", "benchmarks.cli", "train", "--preset", "demo-arith", "--iterations", "1",
-                "--eval-episodes", "0", "--out", tmp, "--no-progress", *extra,
-            ]  # fmt: skip
+            argv = ["train", "--preset", "demo-arith", "--iterations", "1", "--eval-episodes", "0", "--no-progress"]
+            cmd = [sys.executable, "-m", "benchmarks.cli", *argv, "--out", tmp, *extra]
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode:
                 raise RuntimeError(f"{' '.join(cmd[2:])} exited {done.returncode}: {done.stderr[-400:]}")

@@ -51,9 +51,10 @@ def _stored_episodes(path, n=3):
     records = []
     for i in range(n):
         env = CoachRewardWrapper(
-            mappa_envs.make("mappa/MathChat-v0", split="arith1-eval", prompt_style="small"), RuleBasedCoach(),
+            mappa_envs.make("mappa/MathChat-v0", split="arith1-eval", prompt_style="small"),
+            RuleBasedCoach(),
             blocking=True,
-        )  # fmt: skip
+        )
         env.reset(seed=i, options={"task_index": i})
         for agent in env.agent_iter():
             _, _, term, trunc, _ = env.last()

@@ -328,10 +328,8 @@ def test_role_weight_specs_are_checked():
 
 def test_role_weights_on_the_command_line(capsys):
     """``--role-weights ROLE=SPEC`` (repeatable) reaches the configuration and its check; a bad one is refused."""
-    args = cli.build_parser().parse_args(
-        ["train", "--preset", "smoke", "--trainer", "local", "--role-weights", "verifier=frozen",
-         "--role-weights", "code_executor=shared:problem_solver"]
-    )  # fmt: skip
+    argv = ["train", "--preset", "smoke", "--trainer", "local", "--role-weights", "verifier=frozen"]
+    args = cli.build_parser().parse_args([*argv, "--role-weights", "code_executor=shared:problem_solver"])
     cfg = train_command.train_config(args)
     assert cfg.role_weights == {"verifier": "frozen", "code_executor": "shared:problem_solver"}
     checks = {c.name: c for c in check_config(cfg)}

@@ -376,7 +376,7 @@ def test_the_rule_coach_takes_the_roles_rules_from_the_task_not_from_role_names(
             output="It is five.",
             tool_feedback="",
         )
-        return CoachInput(**{**base, **kw})  # fmt: skip
+        return CoachInput(**{**base, **kw})
 
     coach = RuleBasedCoach()
     plain = coach.evaluate(inp())

@@ -186,9 +186,17 @@ def test_an_iterations_line_names_each_roles_figures():
 
     line = _role_figures(
         "code_executor",
-        {"mean_coach_score": 4.188, "coach_score_std": 2.744, "tool_success_rate": 0.448, "loss": -0.0123, "kl": 3e-4,
-         "coach_fallbacks": 1, "coach_evaluations": 32, "masked_actions": 2},
-    )  # fmt: skip
+        {
+            "mean_coach_score": 4.188,
+            "coach_score_std": 2.744,
+            "tool_success_rate": 0.448,
+            "loss": -0.0123,
+            "kl": 3e-4,
+            "coach_fallbacks": 1,
+            "coach_evaluations": 32,
+            "masked_actions": 2,
+        },
+    )
     assert line == (
         "code_executor coach 4.2 (sd 2.7), tool ok 45%, loss -0.0123, kl 0.0003, 1/32 coach fallbacks, 2 masked"
     )

@@ -473,10 +473,18 @@ def test_the_hindsight_coach_blames_the_missing_x_test_on_the_data_engineer():
     rec = run_reference(env, omit=("X_test.pkl",))
     u = env.unwrapped
     inputs = [
-        inputs_for_episode(rec, a, task_type="classification", template="dsbench", final_agent=u.roles[-1].agent,
-                           is_final=a is rec.actions[-1], artifacts=u.artifacts, tools=u.role(a.agent).tools)
+        inputs_for_episode(
+            rec,
+            a,
+            task_type="classification",
+            template="dsbench",
+            final_agent=u.roles[-1].agent,
+            is_final=a is rec.actions[-1],
+            artifacts=u.artifacts,
+            tools=u.role(a.agent).tools,
+        )
         for a in rec.actions
-    ]  # fmt: skip
+    ]
     hindsight = RuleHindsightCoach().evaluate_episode(inputs, rec)
     per_action = [RuleBasedCoach().evaluate(inp) for inp in inputs]
     engineer = max(i for i, a in enumerate(rec.actions) if a.role == "data_engineer")

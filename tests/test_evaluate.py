@@ -212,10 +212,15 @@ def test_swap_matrix_says_which_roles_training_mattered(tmp_path, monkeypatch):
     suite = f"tasks:{path}"
     rows = {r["combination"]: r for r in matrix["rows"]}
     assert list(rows) == [
-        "base", "trained: problem_solver", "trained: code_executor", "trained: verifier",
-        "trained: problem_solver+code_executor", "trained: problem_solver+verifier",
-        "trained: code_executor+verifier", "trained: all",
-    ]  # fmt: skip
+        "base",
+        "trained: problem_solver",
+        "trained: code_executor",
+        "trained: verifier",
+        "trained: problem_solver+code_executor",
+        "trained: problem_solver+verifier",
+        "trained: code_executor+verifier",
+        "trained: all",
+    ]
     for name, row in rows.items():
         vs_base = row["vs_base"][suite]
         assert vs_base["score_a"] == (1.0 if "verifier" in row["trained_roles"] else 0.0), name

@@ -52,9 +52,15 @@ def test_rule_coach_scores_the_sql_tool_role_and_uses_task_guidance():
     first = rec.actions[0]
     assert "code ran without error" in first.info["coach"]["reasoning"]  # a tool role by its tools, not its name
     inp = inputs_for_episode(
-        rec, first, task_type="sql", template="default", final_agent="answerer_0", is_final=False,
-        tools=("sql",), guidance=env.unwrapped.role("query_writer_0").coach_guidance,
-    )  # fmt: skip
+        rec,
+        first,
+        task_type="sql",
+        template="default",
+        final_agent="answerer_0",
+        is_final=False,
+        tools=("sql",),
+        guidance=env.unwrapped.role("query_writer_0").coach_guidance,
+    )
     assert "focused SQL" in Templates().build(inp)[1]["content"]
     env.close()
 
@@ -69,6 +75,12 @@ def test_unknown_tool_fails_at_construction():
     with pytest.raises(KeyError, match="no tool registered as 'shell'"):
         Bad([Role("a", "s", "i", tools=("shell",))], [Task("t", "p")])
     assert get_tool("python").name == "python"
+
+
+def _pip_install(package: Path, site: Path) -> None:
+    """``pip install`` a package folder into ``site`` (no dependencies, no build isolation: offline)."""
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run([*pip, "--target", str(site), str(package)], check=True, capture_output=True)
 
 
 def test_third_party_package_registers_a_task_by_entry_point(tmp_path):
@@ -113,12 +125,7 @@ def test_third_party_package_registers_a_task_by_entry_point(tmp_path):
         )
     )
     site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site),
-         str(pkg)],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    _pip_install(pkg, site)
     code = (
         "import mappa_envs; env = mappa_envs.make('theirpkg/Echo-v0'); env.reset(seed=0); env.step('hello'); "
         "print(env.possible_agents, env.record.outcome)"
@@ -213,12 +220,7 @@ def _install_rloo(tmp_path):
     """The RLOO plug-in package (tests/plugins/mappa_rloo, 34 lines) installed as a user would: by pip, its
     estimator found through its entry point, nothing in mappa-envs edited."""
     site = tmp_path / "site"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site),
-         str(Path(__file__).parent / "plugins" / "mappa_rloo")],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    _pip_install(Path(__file__).parent / "plugins" / "mappa_rloo", site)
     root = Path(__file__).resolve().parents[1]
     return {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{root}"}
 
@@ -258,8 +260,8 @@ def test_mappa_ablate_compares_a_plug_in_with_a_built_in(tmp_path):
     one (Ray, vLLM, DeepSpeed)."""
     env = _install_rloo(tmp_path)
     out = tmp_path / "ablation"
-    cmd = [sys.executable, "-m", "benchmarks.cli", "ablate", "--preset", "smoke", "--estimators", "coach,rloo",
-           "--samples-per-prompt", "2", "--trainer", "local", "--out", str(out), "--no-resume"]  # fmt: skip
+    cmd = [sys.executable, "-m", "benchmarks.cli", "ablate", "--preset", "smoke", "--trainer", "local", "--no-resume"]
+    cmd += ["--estimators", "coach,rloo", "--samples-per-prompt", "2", "--out", str(out)]
     proc = subprocess.run(cmd, env={**env, "RAY_USAGE_STATS_ENABLED": "0"}, capture_output=True, text=True)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     for arm in ("coach", "rloo"):

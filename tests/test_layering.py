@@ -1,5 +1,6 @@
 """The four packages are floors: sandboxes <- mappa_envs <- baselines <- benchmarks. No module imports from a floor
-above its own (not even inside a function), no modules import each other in a circle, and none is over 400 lines."""
+above its own (not even inside a function), no modules import each other in a circle, and size tripwires (450 lines a
+module, 80 a function) catch a module or function that has grown a second concern."""
 
 import ast
 from pathlib import Path
@@ -75,11 +76,13 @@ def test_no_import_circles():
     assert not circles, "import circles:\n" + "\n".join(circles)
 
 
-MAX_MODULE_LINES = 400
+# Tripwires, not goals (issue 32): code squeezed to fit them (packed lines, `# fmt: skip`) is worse than code a
+# little longer. Over one, split where it reads better; never pack.
+MAX_MODULE_LINES = 450
 
 
 def test_modules_stay_readable_in_one_sitting():
-    """No module of the four packages is over 400 lines (issue 17): tables of data go to data files, a second
+    """No module of the four packages is over 450 lines (issue 17): tables of data go to data files, a second
     concern to a module of its own."""
     long = {
         str(p.relative_to(ROOT)): n
@@ -90,12 +93,12 @@ def test_modules_stay_readable_in_one_sitting():
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
-MAX_FUNCTION_LINES = 60
+MAX_FUNCTION_LINES = 80
 
 
 def test_functions_fit_on_a_screen():
-    """No function or method of the four packages is over 60 lines, docstring included (issue 17): a longer one is
-    split into its steps."""
+    """No function or method of the four packages is over 80 lines, docstring and signature included (issue 17): a
+    longer one is split into its steps."""
     long = {}
     for floor in FLOORS:
         for p in (ROOT / floor).rglob("*.py"):

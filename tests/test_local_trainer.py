@@ -380,8 +380,15 @@ def test_a_role_on_its_own_base_model(tiny_model, tmp_path):
     from baselines.local_trainer import LocalTrainer
     from baselines.models import random_llama
 
-    other = random_llama(tmp_path / "other", seed=1, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
+    other = random_llama(
+        tmp_path / "other",
+        seed=1,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
     cfg = _role_weights_cfg(tiny_model, tmp_path / "run", lr=1e-2, role_weights={"verifier": f"full@{other}"})
     trainer = LocalTrainer(cfg)
     sizes = {r: lr.model.config.hidden_size for r, lr in trainer.learners.items()}

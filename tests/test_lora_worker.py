@@ -43,8 +43,15 @@ def stepped():
     adv = [torch.full_like(lp, a) for (lp, _), a in zip(before, [-1.0, 1.0, 0.5, -0.5], strict=True)]
     tokens = sum(len(lp) for lp, _ in before)
     steps = [worker.train_step(samples, adv, None, tokens, 1, 1e-3, role="solver") for _ in range(3)]
-    return {"worker": worker, "path": path, "samples": samples, "base0": base0, "before": before,
-            "coder_before": coder_before, "steps": steps}  # fmt: skip
+    return {
+        "worker": worker,
+        "path": path,
+        "samples": samples,
+        "base0": base0,
+        "before": before,
+        "coder_before": coder_before,
+        "steps": steps,
+    }
 
 
 def test_one_role_steps_its_adapter_only(stepped):

@@ -36,8 +36,14 @@ def _result(tmp_path, off, name):
     from baselines.evaluate import EvalConfig, evaluate
 
     t = track("mappa-bench-v1", "mathchat-cpu")
-    cfg = EvalConfig(suites=t.suites, k=t.k, temperature=t.temperature, sandbox="subprocess",
-                     mathchat_kwargs=dict(t.env_kwargs), concurrency=16)  # fmt: skip
+    cfg = EvalConfig(
+        suites=t.suites,
+        k=t.k,
+        temperature=t.temperature,
+        sandbox="subprocess",
+        mathchat_kwargs=dict(t.env_kwargs),
+        concurrency=16,
+    )
     result = evaluate(_Sum(off), cfg, log=lambda *_: None)
     return result_record("mappa-bench-v1", "mathchat-cpu", result, {"name": name}, run_dir=None, seeds=[0])
 
@@ -82,8 +88,8 @@ def test_mappa_eval_under_the_protocol_writes_a_valid_result_file(tmp_path, monk
     (run / "metrics.jsonl").write_text(json.dumps({"episodes": 16, "gen_tok_s": 100.0, "rollout_s": 2.0}) + "\n")
     monkeypatch.setattr(baselines.teams, "build_policies", lambda team, cfg, engines=None: _Sum(0))
     out = tmp_path / "eval"
-    assert main(["eval", "--protocol", "mappa-bench-v1", "--track", "mathchat-cpu", "--run", str(run),
-                 "--sandbox", "subprocess", "--out", str(out)]) == 0  # fmt: skip
+    argv = ["eval", "--protocol", "mappa-bench-v1", "--track", "mathchat-cpu", "--sandbox", "subprocess"]
+    assert main([*argv, "--run", str(run), "--out", str(out)]) == 0
     result = load_result(out / "result.json")
     assert result["method"]["name"] == "run" and result["seeds"] == [3]
     assert result["budget_spent"]["episodes"] == 16 and result["budget_spent"]["generated_tokens"] == 200

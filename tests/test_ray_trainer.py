@@ -377,8 +377,10 @@ def test_issue_18_acceptance_lora_shared_and_frozen(tmp_path):
     assert all(torch.equal(verifier[k], base[k]) for k in base)
     solver, coder = (load_file(models / r / "model.safetensors") for r in ("problem_solver", "code_executor"))
     assert solver.keys() == coder.keys() and all(torch.equal(solver[k], coder[k]) for k in solver)
-    adapters = [load_file(models / r / "adapter" / "problem_solver" / "adapter_model.safetensors")
-                for r in ("problem_solver", "code_executor")]  # fmt: skip
+    adapters = [
+        load_file(models / r / "adapter" / "problem_solver" / "adapter_model.safetensors")
+        for r in ("problem_solver", "code_executor")
+    ]
     assert all(torch.equal(adapters[0][k], adapters[1][k]) for k in adapters[0])
     assert any(float(v.abs().max()) > 0 for k, v in adapters[0].items() if "lora_B" in k)
     rebuilt = (
@@ -401,8 +403,15 @@ def test_a_role_on_its_own_base_model(tmp_path):
 
     from baselines.models import random_llama
 
-    other = random_llama(tmp_path / "other", seed=1, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2)  # fmt: skip
+    other = random_llama(
+        tmp_path / "other",
+        seed=1,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
     out = tmp_path / "run"
     args = [
         "--coach",

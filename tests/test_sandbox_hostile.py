@@ -276,12 +276,33 @@ def test_mathchat_runs_on_docker_in_one_argument():
 # ------------------------------------------------------------------------------- system calls, files, cgroups
 # x86_64 numbers of calls Docker's default profile refuses; the bubblewrap filter refuses them too (EPERM).
 SYSCALLS_X86_64 = {
-    "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
-    "mount": 165, "umount2": 166, "pivot_root": 155, "setns": 308, "kexec_load": 246, "init_module": 175,
-    "finit_module": 313, "delete_module": 176, "reboot": 169, "swapon": 167, "swapoff": 168,
-    "open_by_handle_at": 304, "iopl": 172, "ioperm": 173, "clock_settime": 227, "settimeofday": 164, "acct": 163,
-    "quotactl": 179, "lookup_dcookie": 212, "move_pages": 279,
-}  # fmt: skip
+    "keyctl": 250,
+    "add_key": 248,
+    "request_key": 249,
+    "bpf": 321,
+    "perf_event_open": 298,
+    "userfaultfd": 323,
+    "mount": 165,
+    "umount2": 166,
+    "pivot_root": 155,
+    "setns": 308,
+    "kexec_load": 246,
+    "init_module": 175,
+    "finit_module": 313,
+    "delete_module": 176,
+    "reboot": 169,
+    "swapon": 167,
+    "swapoff": 168,
+    "open_by_handle_at": 304,
+    "iopl": 172,
+    "ioperm": 173,
+    "clock_settime": 227,
+    "settimeofday": 164,
+    "acct": 163,
+    "quotactl": 179,
+    "lookup_dcookie": 212,
+    "move_pages": 279,
+}
 # Refused by the bubblewrap filter only: Docker's profile allows them (ptrace & co. are then refused by the
 # kernel's permission checks against a root-owned pid 1; the others are harmless there).
 BWRAP_ONLY_X86_64 = {"name_to_handle_at": 303, "io_uring_setup": 425, "process_vm_readv": 310}
@@ -706,9 +727,14 @@ def test_lost_block_is_an_issue_of_the_action_not_the_agents_fault():
     assert any("has no result" in issue and "worker" in issue for issue in action.issues), action.issues
     assert "Execution status: worker_lost" in action.tool_calls[0].feedback
     inp = inputs_for_episode(
-        env.unwrapped.record, action, task_type="math", template="mathchat", final_agent="verifier_0", is_final=False,
+        env.unwrapped.record,
+        action,
+        task_type="math",
+        template="mathchat",
+        final_agent="verifier_0",
+        is_final=False,
         tools=env.unwrapped.role(action.agent).tools,
-    )  # fmt: skip
+    )
     ev = RuleBasedCoach().evaluate(inp)
     assert "not the agent's doing" in ev.reasoning and "error" not in ev.reasoning, ev
     env.close()

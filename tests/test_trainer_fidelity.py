@@ -121,8 +121,15 @@ def test_token_logprobs_at_the_sampling_temperature():
     from baselines.samples import TokenBatch, token_logprobs
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=30, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=1, num_key_value_heads=1, head_dim=16)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=30,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
     model = LlamaForCausalLM(cfg).eval()
     ids = torch.tensor([[1, 5, 6, 7]])
     batch = TokenBatch(ids, torch.ones_like(ids), torch.tensor([[0.0, 1.0, 1.0]]), 2, 2)

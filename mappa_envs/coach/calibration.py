@@ -84,8 +84,9 @@ class Calibration:
         for lo, hi in BUCKETS:
             hits = [y for s, y in zip(self.scores, self.success, strict=True) if lo <= s < hi]
             k = sum(hits)
-            rows.append((f"[{lo:g}, {min(hi, 10):g}]", len(hits), k / len(hits) if hits else float("nan"),
-                         wilson_interval(k, len(hits)) if hits else (float("nan"), float("nan"))))  # fmt: skip
+            rate = k / len(hits) if hits else float("nan")
+            interval = wilson_interval(k, len(hits)) if hits else (float("nan"), float("nan"))
+            rows.append((f"[{lo:g}, {min(hi, 10):g}]", len(hits), rate, interval))
         return rows
 
 

@@ -210,9 +210,11 @@ def rescore(
     info = {"coach": getattr(coach, "name", type(coach).__name__), "information": information_label(coach)}
     summary = {"source": str(source), "name": name, **info, **asdict(stats)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    log(f"[rescore] {stats.episodes} episodes, {stats.actions} actions: {stats.calls} evaluations in "
+    log(
+        f"[rescore] {stats.episodes} episodes, {stats.actions} actions: {stats.calls} evaluations in "
         f"{stats.requests} coach calls, {stats.reused} re-used from an earlier run, {stats.fallbacks} fallbacks "
-        f"-> {traj_path}")  # fmt: skip
+        f"-> {traj_path}"
+    )
     return stats
 
 

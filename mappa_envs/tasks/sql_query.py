@@ -80,8 +80,10 @@ def build_database(seed: int = 0) -> bytes:
                 products.append((pid, f"{cat}-{k + 1}", cat, round(rng.uniform(lo, hi), 2)))
                 pid += 1
         con.executemany("INSERT INTO products VALUES (?, ?, ?, ?)", products)
-        orders = [(i, rng.randint(1, 40), rng.randint(1, len(products)), rng.randint(1, 5), rng.randint(1, 28))
-                  for i in range(1, 301)]  # fmt: skip
+        orders = [
+            (i, rng.randint(1, 40), rng.randint(1, len(products)), rng.randint(1, 5), rng.randint(1, 28))
+            for i in range(1, 301)
+        ]
         con.executemany("INSERT INTO orders VALUES (?, ?, ?, ?, ?)", orders)
         con.commit()
         con.close()
@@ -92,19 +94,40 @@ def _questions(seed: int) -> list[tuple[str, str]]:
     rng = random.Random(seed + 1)
     join_c = "FROM orders o JOIN customers c ON c.id = o.customer_id"
     join_p = "FROM orders o JOIN products p ON p.id = o.product_id"
-    qs = [(f"How many orders were placed by customers who live in {city}?",
-           f"SELECT COUNT(*) {join_c} WHERE c.city = '{city}'") for city in CITIES]  # fmt: skip
+    qs = [
+        (
+            f"How many orders were placed by customers who live in {city}?",
+            f"SELECT COUNT(*) {join_c} WHERE c.city = '{city}'",
+        )
+        for city in CITIES
+    ]
     for cat in CATEGORIES:
-        qs.append((f"What is the total revenue (price times quantity, summed over orders) of the {cat} category, "
-                   "rounded to 2 decimals?",
-                   f"SELECT ROUND(SUM(p.price * o.quantity), 2) {join_p} WHERE p.category = '{cat}'"))  # fmt: skip
-        qs.append((f"How many units of {cat} products were sold on days 1 to 14?",
-                   f"SELECT SUM(o.quantity) {join_p} WHERE p.category = '{cat}' AND o.day <= 14"))  # fmt: skip
+        qs.append(
+            (
+                f"What is the total revenue (price times quantity, summed over orders) of the {cat} category, "
+                "rounded to 2 decimals?",
+                f"SELECT ROUND(SUM(p.price * o.quantity), 2) {join_p} WHERE p.category = '{cat}'",
+            )
+        )
+        qs.append(
+            (
+                f"How many units of {cat} products were sold on days 1 to 14?",
+                f"SELECT SUM(o.quantity) {join_p} WHERE p.category = '{cat}' AND o.day <= 14",
+            )
+        )
     for k in rng.sample(range(1, 25), 8):
-        qs.append((f"How many distinct customers bought the product with id {k}?",
-                   f"SELECT COUNT(DISTINCT customer_id) FROM orders WHERE product_id = {k}"))  # fmt: skip
-    qs.append(("On which day (1-28) were the most units sold? If several, give the smallest day.",
-               "SELECT day FROM orders GROUP BY day ORDER BY SUM(quantity) DESC, day LIMIT 1"))  # fmt: skip
+        qs.append(
+            (
+                f"How many distinct customers bought the product with id {k}?",
+                f"SELECT COUNT(DISTINCT customer_id) FROM orders WHERE product_id = {k}",
+            )
+        )
+    qs.append(
+        (
+            "On which day (1-28) were the most units sold? If several, give the smallest day.",
+            "SELECT day FROM orders GROUP BY day ORDER BY SUM(quantity) DESC, day LIMIT 1",
+        )
+    )
     return qs
 
 
@@ -112,19 +135,40 @@ def _heldout_questions(seed: int) -> list[tuple[str, str]]:
     trained = random.Random(seed + 1).sample(range(1, 25), 8)  # the product ids of the training questions
     join_c = "FROM orders o JOIN customers c ON c.id = o.customer_id"
     join_p = "FROM orders o JOIN products p ON p.id = o.product_id"
-    qs = [(f"How many orders were placed on days 15 to 28 by customers who live in {city}?",
-           f"SELECT COUNT(*) {join_c} WHERE c.city = '{city}' AND o.day > 14") for city in CITIES]  # fmt: skip
+    qs = [
+        (
+            f"How many orders were placed on days 15 to 28 by customers who live in {city}?",
+            f"SELECT COUNT(*) {join_c} WHERE c.city = '{city}' AND o.day > 14",
+        )
+        for city in CITIES
+    ]
     for cat in CATEGORIES:
-        qs.append((f"What is the revenue (price times quantity, summed over orders) of the {cat} category on days "
-                   "1 to 14, rounded to 2 decimals?", f"SELECT ROUND(SUM(p.price * o.quantity), 2) {join_p} "
-                   f"WHERE p.category = '{cat}' AND o.day <= 14"))  # fmt: skip
-        qs.append((f"How many units of {cat} products were sold on days 15 to 28?",
-                   f"SELECT SUM(o.quantity) {join_p} WHERE p.category = '{cat}' AND o.day > 14"))  # fmt: skip
+        qs.append(
+            (
+                f"What is the revenue (price times quantity, summed over orders) of the {cat} category on days "
+                "1 to 14, rounded to 2 decimals?",
+                f"SELECT ROUND(SUM(p.price * o.quantity), 2) {join_p} WHERE p.category = '{cat}' AND o.day <= 14",
+            )
+        )
+        qs.append(
+            (
+                f"How many units of {cat} products were sold on days 15 to 28?",
+                f"SELECT SUM(o.quantity) {join_p} WHERE p.category = '{cat}' AND o.day > 14",
+            )
+        )
     for k in random.Random(seed + 2).sample(sorted(set(range(1, 25)) - set(trained)), 8):
-        qs.append((f"How many distinct customers bought the product with id {k}?",
-                   f"SELECT COUNT(DISTINCT customer_id) FROM orders WHERE product_id = {k}"))  # fmt: skip
-    qs.append(("On which day (1-28) were the most orders placed? If several, give the smallest day.",
-               "SELECT day FROM orders GROUP BY day ORDER BY COUNT(*) DESC, day LIMIT 1"))  # fmt: skip
+        qs.append(
+            (
+                f"How many distinct customers bought the product with id {k}?",
+                f"SELECT COUNT(DISTINCT customer_id) FROM orders WHERE product_id = {k}",
+            )
+        )
+    qs.append(
+        (
+            "On which day (1-28) were the most orders placed? If several, give the smallest day.",
+            "SELECT day FROM orders GROUP BY day ORDER BY COUNT(*) DESC, day LIMIT 1",
+        )
+    )
     return qs
 
 
