@@ -1,29 +1,77 @@
-"""The four packages are floors: sandboxes <- mappa_envs <- baselines <- benchmarks. No module imports from a floor
-above its own (not even inside a function), no modules import each other in a circle, and size tripwires (450 lines a
-module, 80 a function) catch a module or function that has grown a second concern."""
+"""The four packages are floors: sandboxes <- mappa_envs <- baselines <- benchmarks. No module refers to a floor
+above its own, by an import (not even inside a function) or by name in a string that something imports later (a
+registry spec ``"pkg.mod:Cls"``, a coach spec, ``python -m pkg.mod``), and no entry point of pyproject.toml has a
+package load code from a floor above it; no modules import each other in a circle (a module's import-time use of its
+own package's ``__init__`` included); and size tripwires (450 lines a module, 80 a function) catch a module or
+function that has grown a second concern.
+
+The checks are functions of the sources, so the tests at the end plant a violation and see each check fail."""
 
 import ast
+import re
+import shutil
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOORS = ("sandboxes", "mappa_envs", "baselines", "benchmarks")
 
+Modules = dict[str, tuple[str, bool]]
+"""Module name -> (its source, whether it is a package's ``__init__``)."""
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+SPEC = re.compile(rf"^(?:{'|'.join(FLOORS)})(?:\.\w+)*(?::[\w.]+)?$")
+"""A string naming a module of the four packages: ``pkg.mod:attr`` (a registry, coach or entry-point spec), or a
+dotted module name (``python -m pkg.mod``, ``importlib.import_module``; counted when that module exists). A bare
+package name (a folder's) is not a reference."""
+
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, absolute, at any depth of the file (functions included)."""
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+def project_modules(root: Path = ROOT) -> Modules:
+    """Every module of the four packages under ``root``."""
+    return {
+        _module_name(p, root): (p.read_text(), p.name == "__init__.py")
+        for floor in FLOORS
+        for p in (root / floor).rglob("*.py")
+    }
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One reference from a module to another: an import statement, or a string naming a module."""
+
+    target: str
+    """The module (or package) referred to, absolute."""
+    line: int
+    text: str
+    """How the source says it (``import x``, ``from x import a, b``, or the string)."""
+    lazy: bool = False
+    """Inside a function: it runs when the function is called, not when the module is imported."""
+    names: tuple[str, ...] = ()
+    """``from target import names``."""
+
+
+def _walk(node: ast.AST, lazy: bool = False):
+    """Every node under ``node``, with whether it sits inside a function."""
+    for child in ast.iter_child_nodes(node):
+        yield child, lazy
+        yield from _walk(child, lazy or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
+
+
+def references(name: str, source: str, is_package: bool, known: set[str]) -> list[Ref]:
+    """Every import of module ``name`` (at any depth, functions included) and every string in it naming a module of
+    the four packages (``known``: the modules that exist)."""
+    package = name if is_package else name.rpartition(".")[0]
+    out = []
+    for node, lazy in _walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
+            out += [Ref(a.name, node.lineno, f"import {a.name}", lazy) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -31,33 +79,52 @@ def _imports(path: Path) -> set[str]:
                 target = ".".join([*base, node.module] if node.module else base)
             else:
                 target = node.module or ""
-            out.add(target)
-            # `from pkg import sub` imports the submodule pkg.sub when there is one
-            out |= {f"{target}.{a.name}" for a in node.names}
+            names = tuple(a.name for a in node.names)
+            out.append(Ref(target, node.lineno, f"from {target} import {', '.join(names)}", lazy, names))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and SPEC.match(node.value):
+            target = node.value.partition(":")[0]
+            if ":" in node.value or ("." in target and target in known):  # not a bare package name
+                out.append(Ref(target, node.lineno, repr(node.value), lazy))
     return out
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = {_module_name(p): p for floor in FLOORS for p in (ROOT / floor).rglob("*.py")}
-    return {name: {m for m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
+def upward_references(modules: Modules) -> list[str]:
+    """Each reference, import or string, from a module to a floor above its own."""
+    problems = []
+    for name, (source, is_package) in sorted(modules.items()):
+        floor = name.split(".")[0]
+        above = FLOORS[FLOORS.index(floor) + 1 :]
+        for ref in references(name, source, is_package, set(modules)):
+            if ref.target.split(".")[0] in above:
+                problems.append(f"{name}:{ref.line} {ref.text} (a floor above {floor})")
+    return problems
 
 
-def test_no_module_imports_from_a_floor_above_its_own():
-    offending = []
-    for name, path in ((n, p) for f in FLOORS for p in (ROOT / f).rglob("*.py") for n in [_module_name(p)]):
-        own = FLOORS.index(name.split(".")[0])
-        above = {t.split(".")[0] for t in _imports(path)} & set(FLOORS[own + 1 :])
-        offending += [f"{name} imports from {top}" for top in sorted(above)]
-    assert not offending, "imports from a higher floor:\n" + "\n".join(sorted(offending))
+def import_graph(modules: Modules) -> dict[str, set[str]]:
+    """Module -> the modules it imports. An import of the module's own package (or an ancestor) is an edge when it
+    runs at import time and takes something of the package's ``__init__``; importing a submodule through its package
+    (``from . import sibling``) is an edge to the submodule only, and a function's import of its own package runs
+    after the package is loaded."""
+    graph = {}
+    for name, (source, is_package) in modules.items():
+        edges = set()
+        for ref in references(name, source, is_package, set(modules)):
+            if not ref.text.startswith(("import ", "from ")):
+                continue  # a string: loaded on demand, not at import
+            submodules = {f"{ref.target}.{n}" for n in ref.names} & set(modules)
+            edges |= submodules
+            if ref.target not in modules:
+                continue
+            own_package = name.startswith(ref.target + ".")
+            if own_package and (ref.lazy or (ref.names and len(submodules) == len(ref.names))):
+                continue
+            edges.add(ref.target)
+        graph[name] = edges - {name}
+    return graph
 
 
-def test_no_import_circles():
-    graph = _graph()
-    # a package's __init__ re-exporting its submodules is not a circle with them: leave out edges into a package
-    # from its own submodules' point of view (sub -> its package __init__)
-    for name, targets in graph.items():
-        graph[name] = {t for t in targets if not name.startswith(t + ".")}
-    circles, state = [], {}
+def import_circles(modules: Modules) -> list[str]:
+    graph, circles, state = import_graph(modules), [], {}
 
     def visit(node: str, stack: list[str]) -> None:
         state[node] = "open"
@@ -73,7 +140,107 @@ def test_no_import_circles():
     for node in sorted(graph):
         if node not in state:
             visit(node, [])
+    return circles
+
+
+def entry_point_problems(pyproject: str, modules: Modules) -> list[str]:
+    """Entry points of pyproject.toml naming a module of the four packages: the module exists, and the package that
+    loads the group (the modules naming the group in a string) is not on a floor below it."""
+    project = tomllib.loads(pyproject).get("project", {})
+    scripts = {**project.get("scripts", {}), **project.get("gui-scripts", {})}
+    groups = {"[project.scripts]": scripts, **project.get("entry-points", {})}
+    loaders: dict[str, set[str]] = {}
+    for name, (source, _) in modules.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in groups:
+                loaders.setdefault(node.value, set()).add(name)
+    problems = []
+    for group, entries in groups.items():
+        for key, value in entries.items():
+            target = value.split()[0].partition(":")[0]
+            floor = target.split(".")[0]
+            if floor not in FLOORS:
+                continue  # another distribution's code
+            if target not in modules:
+                problems.append(f"{group} {key} = {value!r}: no module {target}")
+            for loader in sorted(loaders.get(group, ())):
+                if FLOORS.index(floor) > FLOORS.index(loader.split(".")[0]):
+                    problems.append(f"{group} {key} = {value!r} is loaded by {loader}, a floor below {floor}")
+    return problems
+
+
+def test_no_module_refers_to_a_floor_above_its_own():
+    problems = upward_references(project_modules())
+    assert not problems, "references to a higher floor:\n" + "\n".join(problems)
+
+
+def test_no_import_circles():
+    circles = import_circles(project_modules())
     assert not circles, "import circles:\n" + "\n".join(circles)
+
+
+def test_entry_points_name_modules_that_exist_on_a_floor_their_loader_may_use():
+    problems = entry_point_problems((ROOT / "pyproject.toml").read_text(), project_modules())
+    assert not problems, "entry points:\n" + "\n".join(problems)
+
+
+# ------------------------------------------------------------------------------ the checks catch what they are for
+def test_a_registry_spec_naming_a_higher_floor_is_refused():
+    """``register("x", "benchmarks.cli:main")`` in mappa_envs imports benchmarks when the env is made: refused, as
+    a coach spec in baselines naming benchmarks would be; the same spec from benchmarks itself is fine."""
+    modules = project_modules()
+    plant = 'from .registry import register\n\nregister("x", "benchmarks.cli:main")\n'
+    assert upward_references({**modules, "mappa_envs.planted": (plant, False)}) == [
+        "mappa_envs.planted:3 'benchmarks.cli:main' (a floor above mappa_envs)"
+    ]
+    coach = 'from .config import TrainConfig\n\nCFG = TrainConfig(coach="benchmarks.report:Coach")\n'
+    assert upward_references({**modules, "baselines.planted": (coach, False)}) == [
+        "baselines.planted:3 'benchmarks.report:Coach' (a floor above baselines)"
+    ]
+    assert not upward_references({**modules, "benchmarks.planted": (plant.replace(".registry", "mappa_envs"), False)})
+
+
+def test_an_import_time_use_of_the_own_package_is_an_edge_of_the_circle_check(tmp_path):
+    """A copy of the four packages with one line planted at the top level of mappa_envs/coach/wrapper.py: taking a
+    name from its own package (whose ``__init__`` imports the wrapper) is a circle; importing a sibling through the
+    package, or the package inside a function, is not."""
+    for floor in FLOORS:
+        for p in (ROOT / floor).rglob("*.py"):
+            (tmp_path / p.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(p, tmp_path / p.relative_to(ROOT))
+    wrapper = tmp_path / "mappa_envs" / "coach" / "wrapper.py"
+    original = wrapper.read_text()
+    assert not import_circles(project_modules(tmp_path))
+    for line, edge in [
+        ("from mappa_envs.coach import coach_from_spec", "mappa_envs.coach.wrapper -> mappa_envs.coach"),
+        ("from . import RuleBasedCoach", "mappa_envs.coach.wrapper -> mappa_envs.coach"),
+        ("import mappa_envs.coach", "mappa_envs.coach.wrapper -> mappa_envs.coach"),
+        ("from . import protocol", None),
+        ("def later():\n    from mappa_envs.coach import coach_from_spec", None),
+    ]:
+        wrapper.write_text(f"{original}\n{line}\n")
+        circles = import_circles(project_modules(tmp_path))
+        if edge is None:
+            assert not circles, line
+        else:  # the planted edge closes a circle
+            assert any(f"{edge} " in f"{c} " for c in circles), (line, circles)
+
+
+def test_an_entry_point_loaded_from_a_lower_floor_is_refused():
+    modules = project_modules()
+    pyproject = """
+[project.scripts]
+mappa = "benchmarks.cli:main"
+gone = "benchmarks.nothing_here:main"
+
+[project.entry-points."mappa_envs.envs"]
+theirs = "their_package.env:Env"
+ours = "benchmarks.cli:main"
+"""
+    assert entry_point_problems(pyproject, modules) == [
+        "[project.scripts] gone = 'benchmarks.nothing_here:main': no module benchmarks.nothing_here",
+        "mappa_envs.envs ours = 'benchmarks.cli:main' is loaded by mappa_envs.registry, a floor below benchmarks",
+    ]
 
 
 # Tripwires, not goals (issue 32): code squeezed to fit them (packed lines, `# fmt: skip`) is worse than code a
