@@ -3,4 +3,6 @@
 
 - :mod:`.openenv_models` and :mod:`.openenv_server`: every registered env served over OpenEnv
   (``mappa env serve ENV_ID``), its wire types and a client.
+- :mod:`.verifiers_env`: MathChat as a verifiers v1 environment (the ``verifiers`` extra; the package
+  ``deploy/verifiers``, id ``mappa-mathchat``).
 """
