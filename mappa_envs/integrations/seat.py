@@ -54,6 +54,25 @@ def check_seat(env_id: str, env_kwargs: Mapping[str, Any], seat: str | None, oth
         probe.close()
 
 
+COACH_KEYS = ("score", "reward", "backend", "parse", "fallback_used", "fallback_reason")
+
+
+def episode_done(env: Any) -> bool:
+    """Whether a PettingZoo AEC env's episode is over (no live agent, or every live one ended)."""
+    return not env.agents or all(env.terminations[a] or env.truncations[a] for a in env.agents)
+
+
+def action_entry(act: Any) -> dict[str, Any]:
+    """One action's essentials: who, which turn, its issues, its reward and, when scored, its coach evaluation's
+    score, reward, backend, parse and whether (and why) it fell back."""
+    entry = {"index": act.index, "agent": act.agent, "role": act.role, "turn": act.turn}
+    entry |= {"issues": list(act.issues), "reward": float(act.reward)}
+    coach = act.info.get("coach")
+    if coach is not None:
+        entry["coach"] = {k: coach.get(k) for k in COACH_KEYS}
+    return entry
+
+
 class TeamPlay:
     """An env (``make(env_id, **env_kwargs)``, coach-wrapped when ``coach`` is given) played from one seat.
 
@@ -89,8 +108,7 @@ class TeamPlay:
         return self.env.unwrapped.record is not None
 
     def done(self) -> bool:
-        env = self.env
-        return not env.agents or all(env.terminations[a] or env.truncations[a] for a in env.agents)
+        return episode_done(self.env)
 
     def reset(self, seed: int | None = None, options: Mapping[str, Any] | None = None) -> dict[str, float]:
         """A new episode, played up to the seat's first turn; what each agent received meanwhile."""
@@ -133,4 +151,4 @@ class TeamPlay:
         self.env.close()
 
 
-__all__ = ["TeamPlay", "check_seat", "seat_agent"]
+__all__ = ["COACH_KEYS", "TeamPlay", "action_entry", "check_seat", "episode_done", "seat_agent"]

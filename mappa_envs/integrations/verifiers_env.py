@@ -37,10 +37,10 @@ from pydantic import field_validator
 from verifiers.v1.dialects.chat import message_to_wire, parse_message
 
 from ..registry import make
+from .seat import action_entry, episode_done
 
 ENV_ID = "mappa/MathChat-v0"
 ROLES = ("problem_solver", "code_executor", "verifier")
-COACH_KEYS = ("score", "reward", "backend", "parse", "fallback_used", "fallback_reason")
 
 
 # ----------------------------------------------------------------- the harness: one chat completion per turn
@@ -175,7 +175,7 @@ class MathChatEnv(vf.Env[MathChatEnvConfig]):
             roles = env.unwrapped.roles
             seats = {r.agent: _Seat(r.name, getattr(agents, r.name), self.config.traces, task) for r in roles}
             async with contextlib.AsyncExitStack() as stack:
-                while not _done(env):
+                while not episode_done(env):
                     await _play_turn(env, seats[env.agent_selection], stack)
             _score(env.unwrapped.record, seats, "outcome" if self.config.coach.strip().lower() == "none" else "coach")
         finally:
@@ -243,20 +243,6 @@ async def _play_turn(env: Any, seat: _Seat, stack: contextlib.AsyncExitStack) ->
         u.record.actions[index].issues.append(f"verifiers: {missing}")
 
 
-def _done(env: Any) -> bool:
-    return not env.agents or all(env.terminations[a] or env.truncations[a] for a in env.agents)
-
-
-def _action_entry(act: Any) -> dict[str, Any]:
-    """One action's essentials: who, which turn, its issues, its reward and its coach score (when scored)."""
-    entry = {"index": act.index, "agent": act.agent, "role": act.role, "turn": act.turn}
-    entry |= {"issues": list(act.issues), "reward": float(act.reward)}
-    coach = act.info.get("coach")
-    if coach is not None:
-        entry["coach"] = {k: coach.get(k) for k in COACH_KEYS}
-    return entry
-
-
 def _score(record: Any, seats: Mapping[str, _Seat], name: str) -> None:
     """Each trace's reward (named ``name``), metrics and ``info["mappa"]`` from the finished episode's record."""
     outcome = {k: v for k, v in record.outcome.items() if isinstance(v, str | int | float | bool) or v is None}
@@ -269,7 +255,7 @@ def _score(record: Any, seats: Mapping[str, _Seat], name: str) -> None:
                 by_trace.setdefault(id(trace), (trace, []))[1].append(act)
         for trace, acts in by_trace.values():
             trace.record_reward(name, sum(float(a.reward) for a in acts))
-            entries = [_action_entry(a) for a in acts]
+            entries = [action_entry(a) for a in acts]
             coached = [e["coach"] for e in entries if "coach" in e]
             trace.record_metrics(
                 {
