@@ -286,13 +286,47 @@ def _get(url: str) -> str:
 
 def test_the_cli_builds_the_server_from_its_options():
     from benchmarks.commands.serve import policies_from_args
-    from mappa_envs.core import ScriptedPolicy
+    from mappa_envs.core import ScriptedPolicy, SerialPolicy
 
     others = policies_from_args(["verifier=scripted:\\boxed{1}", "problem_solver=scripted:hi"])
-    assert isinstance(others["verifier"], ScriptedPolicy)
+    assert isinstance(others["verifier"], SerialPolicy) and isinstance(others["verifier"].policy, ScriptedPolicy)
     assert others["verifier"].generate([[]]) == ["\\boxed{1}"]
-    with pytest.raises(SystemExit, match="ROLE=MODEL@URL or ROLE=scripted:REPLY"):
+    with pytest.raises(SystemExit, match="ROLE=MODEL@URL, ROLE=run:RUN_DIR, ROLE=model:NAME_OR_PATH or ROLE=scripted"):
         policies_from_args(["verifier=nothing"])
+    with pytest.raises(SystemExit, match="holds no exported model"):
+        policies_from_args(["verifier=run:/nonexistent-run"])
+
+
+def test_a_runs_exported_models_play_the_other_roles(tmp_path):
+    """``--policy ROLE=run:RUN_DIR``: the model a run exported for ROLE (here the tiny random model copied where
+    ``mappa train`` exports) plays it server-side, through the same seat-mode episode as a scripted policy; two
+    roles on one model share one policy and one lock."""
+    import shutil
+
+    from baselines.models import tiny_model_dir
+    from benchmarks.commands.serve import policies_from_args
+    from mappa_envs.core import SerialPolicy
+    from mappa_envs.integrations.openenv_models import MappaEnvClient
+    from mappa_envs.integrations.openenv_server import RunningServer, create_mappa_app
+
+    for role in ("problem_solver", "verifier"):
+        shutil.copytree(tiny_model_dir(), tmp_path / "models" / role)
+    items = [f"problem_solver=run:{tmp_path}", f"verifier=model:{tmp_path / 'models' / 'problem_solver'}"]
+    others = policies_from_args(items, max_tokens=8, engine="transformers")
+    assert all(isinstance(p, SerialPolicy) for p in others.values())
+    assert others["problem_solver"] is others["verifier"]  # one model folder: one policy behind one lock
+    kwargs = {**ENV_KWARGS, "code_executor_turns": 1}
+    app = create_mappa_app("mappa/MathChat-v0", env_kwargs=kwargs, seat="code_executor", others=others)
+    with RunningServer(app) as server, MappaEnvClient(base_url=server.url).sync() as env:
+        result = env.reset(seed=0, task_index=0)
+        assert [a["agent"] for a in result.observation.info["acted"]] == ["problem_solver_0"]
+        result = env.step("```python\nprint(10 + 0)\n```")
+    assert result.done and [a["agent"] for a in result.observation.info["record"]] == [
+        "problem_solver_0",
+        "code_executor_0",
+        "verifier_0",
+    ]
+    assert result.observation.info["outcome"]["success"] is False  # a random model does not box 10
 
 
 def test_the_openenv_package_passes_openenv_validate():

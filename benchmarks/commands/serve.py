@@ -4,6 +4,8 @@ mappa env serve mappa/MathChat-v0 --port 8000                        the client 
 mappa env serve mappa/MathChat-v0 --seat code_executor \\
     --policy problem_solver=smollm2@http://127.0.0.1:8001/v1 \\
     --policy verifier=scripted:'\\boxed{0}'                           the client plays one role (seat mode)
+mappa env serve mappa/MathChat-v0 --seat code_executor \\
+    --policy problem_solver=run:runs/demo --policy verifier=run:runs/demo   the others: a run's trained models
 mappa env serve mappa/MathChat-v0 --coach rule                       per-action coach rewards
 
 See docs/integrations.md and :mod:`mappa_envs.integrations.openenv_server`.
@@ -12,6 +14,7 @@ See docs/integrations.md and :mod:`mappa_envs.integrations.openenv_server`.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from .common import env_args, key_values
@@ -35,7 +38,15 @@ def add_parser(sub: Any) -> None:
         action="append",
         default=[],
         metavar="ROLE=SPEC",
-        help="who plays ROLE server-side in seat mode: MODEL@URL (an OpenAI-compatible endpoint) or scripted:REPLY",
+        help="who plays ROLE server-side in seat mode: MODEL@URL (an OpenAI-compatible endpoint), run:RUN_DIR "
+        "(the role's model a training run exported to RUN_DIR/models/ROLE), model:NAME_OR_PATH (a local model: "
+        "smollm2-135m, a folder) or scripted:REPLY",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("vllm", "transformers"),
+        default="vllm",
+        help="local policies (run:, model:): an in-process vLLM engine per distinct model, or transformers",
     )
     p.add_argument("--coach", default=None, help="per-action rewards from a coach: rule, llm:MODEL@URL, ...")
     p.add_argument("--max-sessions", type=int, default=8, help="concurrent sessions; more are answered busy")
@@ -49,22 +60,54 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=cmd_serve)
 
 
-def policies_from_args(items: list[str], max_tokens: int = 512, temperature: float = 0.6) -> dict[str, Any]:
-    """``ROLE=MODEL@URL`` (:class:`baselines.teams.OpenAIPolicy`) or ``ROLE=scripted:REPLY``
-    (:class:`~mappa_envs.core.ScriptedPolicy` always giving REPLY), by role."""
-    from mappa_envs.core import ScriptedPolicy
+def policies_from_args(
+    items: list[str], max_tokens: int = 512, temperature: float = 0.6, engine: str = "vllm"
+) -> dict[str, Any]:
+    """Who plays each role named in ``--policy ROLE=SPEC`` items, by role:
+
+    - ``MODEL@URL``: :class:`baselines.teams.OpenAIPolicy` (an OpenAI-compatible endpoint; its calls run at once);
+    - ``run:RUN_DIR``: the model a training run exported for ROLE (``RUN_DIR/models/ROLE``);
+    - ``model:NAME_OR_PATH``: a local model (``smollm2-135m``, ``tiny-random``, a folder);
+    - ``scripted:REPLY``: :class:`~mappa_envs.core.ScriptedPolicy` always giving REPLY.
+
+    Local models (``engine``: vLLM or transformers; one per distinct model) and scripted policies are shared by the
+    server's sessions, so each is wrapped in :class:`~mappa_envs.core.SerialPolicy` (one call at a time).
+    """
+    from mappa_envs.core import ScriptedPolicy, SerialPolicy
 
     policies: dict[str, Any] = {}
+    local: dict[str, dict[str, str]] = {}
     for role, value in key_values(items, "--policy").items():
         if value.startswith("scripted:"):
-            policies[role] = ScriptedPolicy([value[len("scripted:") :]])
+            policies[role] = SerialPolicy(ScriptedPolicy([value[len("scripted:") :]]))
+        elif value.startswith("run:"):
+            path = Path(value[len("run:") :]) / "models" / role
+            if not (path / "config.json").exists():
+                raise SystemExit(
+                    f"--policy {role}={value}: {path} holds no exported model (`mappa train` writes "
+                    "RUN_DIR/models/ROLE when a run finishes; ROLE is a role name such as problem_solver)"
+                )
+            local[role] = {"kind": "local", "model": str(path)}
+        elif value.startswith("model:") and value[len("model:") :]:
+            local[role] = {"kind": "local", "model": value[len("model:") :]}
         elif "@" in value and value.split("@", 1)[0]:
             from baselines.teams import OpenAIPolicy
 
             model, url = value.split("@", 1)
             policies[role] = OpenAIPolicy(url, model, max_tokens=max_tokens, temperature=temperature)
         else:
-            raise SystemExit(f"--policy {role}={value}: expected ROLE=MODEL@URL or ROLE=scripted:REPLY")
+            raise SystemExit(
+                f"--policy {role}={value}: expected ROLE=MODEL@URL, ROLE=run:RUN_DIR, ROLE=model:NAME_OR_PATH "
+                "or ROLE=scripted:REPLY"
+            )
+    if local:
+        from baselines.evaluate import EvalConfig
+        from baselines.teams import build_policies
+
+        cfg = EvalConfig(engine=engine, max_new_tokens=max_tokens, temperature=temperature)
+        serial: dict[int, SerialPolicy] = {}  # roles sharing one model share one lock
+        for role, policy in build_policies(local, cfg).items():
+            policies[role] = serial.setdefault(id(policy), SerialPolicy(policy))
     return policies
 
 
@@ -80,7 +123,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         env_kwargs["split"] = args.split
     if args.sandbox:
         env_kwargs["sandbox"] = args.sandbox
-    others = policies_from_args(args.policy, args.max_tokens, args.temperature) or None
+    others = policies_from_args(args.policy, args.max_tokens, args.temperature, args.engine) or None
     try:
         app = create_mappa_app(
             args.env_id,

@@ -1,7 +1,7 @@
 """Environment core: the sequential role pipeline, text handling and trajectory records."""
 
 from .pipeline import PYTHON_TOOL, PipelineEnv, Role, Task
-from .policy import Generation, Policy, ScriptedPolicy, policy_for
+from .policy import Generation, Policy, ScriptedPolicy, SerialPolicy, policy_for
 from .single_agent import SingleAgentView
 from .text import (
     ParsedAction,
@@ -28,6 +28,7 @@ __all__ = [
     "PythonTool",
     "Role",
     "ScriptedPolicy",
+    "SerialPolicy",
     "SingleAgentView",
     "Task",
     "Tool",

@@ -93,6 +93,21 @@ class ScriptedPolicy:
         return [self._fn(conv) for conv in batch]
 
 
+class SerialPolicy:
+    """``policy`` behind a lock: one ``generate`` at a time, for a policy several threads share (the sessions of
+    a server) that is not safe to call concurrently (a local model, a :class:`ScriptedPolicy`'s cycling index)."""
+
+    def __init__(self, policy: Policy):
+        import threading
+
+        self.policy = policy
+        self._lock = threading.Lock()
+
+    def generate(self, batch: Sequence[Conversation]) -> list[str]:
+        with self._lock:
+            return self.policy.generate(batch)
+
+
 def policy_for(policies: Policy | Mapping[str, Policy], agent: str, role: str) -> Policy:
     """Look a policy up by agent id, then by role name; a single policy serves every role."""
     if not isinstance(policies, Mapping):
@@ -103,4 +118,13 @@ def policy_for(policies: Policy | Mapping[str, Policy], agent: str, role: str) -
     raise KeyError(f"no policy for agent {agent!r} (role {role!r}); given: {sorted(policies)}")
 
 
-__all__ = ["Conversation", "CountsTokens", "Generation", "Policy", "ScriptedPolicy", "SubmitsBatches", "policy_for"]
+__all__ = [
+    "Conversation",
+    "CountsTokens",
+    "Generation",
+    "Policy",
+    "ScriptedPolicy",
+    "SerialPolicy",
+    "SubmitsBatches",
+    "policy_for",
+]
