@@ -1,23 +1,28 @@
-"""Evaluation of a team: AIME-32, AMC-32 and the DSBench eval tasks, k samples per problem, with intervals.
+"""Evaluation of a team on suites of any registered task (AIME-32, AMC-32, DSBench-lite eval, SQLQuery's held-out
+questions...), k samples per problem, with intervals.
 
 A *team* gives each role a policy (:mod:`baselines.teams`): a local model (bundled name, model folder, or the
 ``models/<role>`` folders a ``mappa train`` run exports) generated with an in-process vLLM engine (one per distinct
 model, shared by the roles that use it) or with transformers, or an OpenAI-compatible endpoint per role (``vllm
 serve``, hosted APIs).
 
-Every suite runs ``k`` samples of each problem (episode seeds ``seed + index``), with no coach. Results:
+Every suite runs ``k`` samples of each problem (episode seeds ``seed + index``), with no coach. Results, by the
+task's declared outcome kind (``PipelineEnv.outcome_kind``):
 
-- MathChat suites: accuracy over all samples with a 95% Wilson interval, problems solved at least once (pass@k);
-- DSBench: success rate (valid submission) with its interval, mean normalised quality with a 95% normal
+- ``answer`` (MathChat, SQLQuery): accuracy over all samples with a 95% Wilson interval, problems solved at least
+  once (pass@k);
+- ``graded`` (DSBench): success rate (valid submission) with its interval, mean normalised quality with a 95% normal
   interval, and per task the metric, mean value, quality and valid samples;
 - per role: actions, tool-call rate, tool success rate, mean response length (characters and words).
 
-Suites are the named ones (:data:`SUITES`), ``mathchat:<split>`` (a bundled MathChat split, e.g.
-``mathchat:arith1-eval``) or ``tasks:<file>`` (a MathChat task file, the format of ``make(..., data_file=)``).
+Suites come from the registry and the tasks' declarations (:mod:`mappa_envs.suites`): a named suite (``aime``,
+``amc``, ``dsbench``), ``<task>`` (its held-out tasks: ``sql``), ``<task>:<split>`` (``sql:eval``,
+``mathchat:arith1-eval``, ``dsbench:train``), ``tasks:<file>`` (a MathChat task file, the format of
+``make(..., data_file=)``) or ``<env id>[:<split>]``; every task takes the same path.
 
 :func:`paired_comparison` compares two teams evaluated on the same episodes (same suites, seeds and ``k``): per
-suite both scores with intervals and an exact McNemar test on the per-episode outcomes (correct, or a valid
-DSBench submission).
+suite both scores with intervals and an exact McNemar test on the per-episode outcomes (``success``: correct, or a
+valid DSBench submission).
 
 ``mappa eval`` prints the tables and writes ``eval.json`` plus each suite's trajectories (JSON lines), which
 ``mappa report`` reads.
@@ -36,15 +41,10 @@ from typing import Any
 import mappa_envs
 from mappa_envs.core import EpisodeRecord, write_jsonl
 from mappa_envs.metrics import paired_test, role_stats, wilson_interval
-from mappa_envs.sealed import is_sealed, log_access
+from mappa_envs.sealed import is_sealed, log_access, refuse
+from mappa_envs.suites import Suite, resolve_suite
 
 from .rollout import run_episodes
-
-SUITES: dict[str, tuple[str, dict[str, Any]]] = {
-    "aime": ("mappa/MathChat-v0", {"split": "aime-eval-32"}),
-    "amc": ("mappa/MathChat-v0", {"split": "amc-eval-32"}),
-    "dsbench": ("mappa/DSBench-v0", {"suite": "lite", "split": "eval"}),
-}
 
 
 @dataclass
@@ -211,45 +211,38 @@ def format_tables(result: Mapping[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------- running
 def suite_env(suite: str, cfg: EvalConfig) -> tuple[str, dict[str, Any]]:
-    """The env id and arguments of a suite: a name of :data:`SUITES`, ``mathchat:<split>``, ``dsbench:<split>`` (of
-    DSBench-lite) or ``tasks:<file>``."""
-    kind, _, rest = suite.partition(":")
-    if suite in SUITES:
-        env_id, kwargs = SUITES[suite]
-    elif kind == "mathchat" and rest:
-        env_id, kwargs = "mappa/MathChat-v0", {"split": rest}
-    elif kind == "dsbench" and rest:
-        env_id, kwargs = "mappa/DSBench-v0", {"suite": "lite", "split": rest}
-    elif kind == "tasks" and rest:
-        if not Path(rest).is_file():
-            raise FileNotFoundError(f"task file {rest!r} not found (suite {suite!r})")
-        env_id, kwargs = "mappa/MathChat-v0", {"data_file": rest}
-    else:
-        raise ValueError(
-            f"unknown suite {suite!r}; suites: {sorted(SUITES)}, mathchat:<split>, dsbench:<split>, tasks:<file>"
-        )
-    kwargs = dict(kwargs)
-    if kind == "dsbench" and cfg.dsbench_data_dir:
-        kwargs.update(suite="dsbench", data_dir=cfg.dsbench_data_dir)
+    """The env id and arguments of ``suite`` (:func:`mappa_envs.suites.resolve_suite`), with ``cfg``'s: the sandbox,
+    the extra arguments of its task (:func:`_task_kwargs`), then ``cfg.env_kwargs[suite]``. A sealed split
+    (:mod:`mappa_envs.sealed`) is refused unless ``cfg.unseal_test``, which unseals it."""
+    s = resolve_suite(suite)
+    kwargs = dict(s.kwargs)
     if cfg.sandbox:
         kwargs["sandbox"] = cfg.sandbox
-    if env_id == "mappa/MathChat-v0":
-        kwargs.update(cfg.mathchat_kwargs)
-    elif env_id == "mappa/DSBench-v0":
-        kwargs.update(cfg.dsbench_kwargs)
+    kwargs.update(_task_kwargs(cfg, s))
     kwargs.update(cfg.env_kwargs.get(suite, {}))
-    if cfg.unseal_test and is_sealed(env_id, kwargs):
+    kwargs.pop("unseal", None)  # unsealing is cfg.unseal_test's alone
+    if is_sealed(s.env_id, kwargs):
+        if not cfg.unseal_test:
+            raise refuse(s.env_id, kwargs["split"])
         kwargs["unseal"] = True
-    return env_id, kwargs
+    return s.env_id, kwargs
+
+
+def _task_kwargs(cfg: EvalConfig, s: Suite) -> dict[str, Any]:
+    """The extra arguments of every suite of ``s``'s task: ``cfg.env_kwargs`` under its env id or task name (``sql``),
+    after the config's shorthands for the built-in tasks (``mathchat_kwargs``; ``dsbench_data_dir``,
+    ``dsbench_kwargs``: what ``mappa eval --env-arg``, ``--dsbench-data-dir`` and ``--dsbench-arg`` set)."""
+    data_dir = {"suite": "dsbench", "data_dir": cfg.dsbench_data_dir} if cfg.dsbench_data_dir else {}
+    shorthands = {"mathchat": cfg.mathchat_kwargs, "dsbench": {**data_dir, **cfg.dsbench_kwargs}}
+    return {**shorthands.get(s.task, {}), **cfg.env_kwargs.get(s.env_id, {}), **cfg.env_kwargs.get(s.task, {})}
 
 
 def _file_name(suite: str) -> str:
-    """A suite's trajectory file name: ``tasks:/a/b/sums.jsonl`` -> ``tasks-sums``, ``mathchat:x`` -> ``mathchat-x``."""
-    kind, _, rest = suite.partition(":")
-    if not rest:
-        return suite
-    stem = Path(rest).stem if kind == "tasks" else rest
-    return f"{kind}-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in stem)
+    """A suite's trajectory file name: ``tasks:/a/b/sums.jsonl`` -> ``tasks-sums``, ``mathchat:x`` -> ``mathchat-x``,
+    ``mappa/SQLQuery-v0:eval`` -> ``mappa_SQLQuery-v0-eval``."""
+    kind, colon, rest = suite.partition(":")
+    stem = Path(rest).stem if rest and Path(rest).is_file() else rest
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in kind + ("-" + stem if colon else ""))
 
 
 def evaluate(
@@ -301,10 +294,11 @@ def evaluate(
 
 def paired_comparison(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Team ``a`` against team ``b`` (two :func:`evaluate` results on the same suites and episodes): per suite
-    the score of each (accuracy, or DSBench success rate) with its Wilson interval and the exact McNemar test on
+    the score of each (accuracy, or a graded task's success rate) with its Wilson interval and the exact McNemar test on
     the per-episode outcomes (``gained``: episodes ``a`` gets right and ``b`` wrong; ``p_value_gain``: one-sided,
     for "``a`` is better"); with k samples per problem, the exact sign test on the problems' mean outcomes
-    (:func:`mappa_envs.metrics.paired_test`). DSBench pairs on ``success`` (a valid submission), not quality."""
+    (:func:`mappa_envs.metrics.paired_test`). A graded task (DSBench) pairs on ``success`` (a valid submission), not
+    quality."""
     out = {}
     for suite, sa in a["suites"].items():
         sb = b["suites"].get(suite)
@@ -343,7 +337,6 @@ def format_comparison(paired: Mapping[str, Mapping[str, Any]], name_a: str = "a"
 
 
 __all__ = [
-    "SUITES",
     "EvalConfig",
     "evaluate",
     "format_comparison",

@@ -65,6 +65,20 @@ def pick_split(
     return chosen
 
 
+def task_class(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> type[PipelineEnv] | None:
+    """The task class of ``env_id``: its entry point, or for a factory function the class of the env it builds
+    (built once, with ``env_kwargs``); None when that is not a :class:`~mappa_envs.core.PipelineEnv`."""
+    s = spec(env_id)
+    cls = _load(s.entry_point)
+    if not (isinstance(cls, type) and issubclass(cls, PipelineEnv)):  # a factory function: the class it builds
+        env = make(env_id, **{**s.kwargs, **(env_kwargs or {})})
+        try:
+            cls = type(env.unwrapped)
+        finally:
+            env.close()
+    return cls if issubclass(cls, PipelineEnv) else None
+
+
 def heldout_env_kwargs(
     env_id: str, env_kwargs: Mapping[str, Any] | None = None, eval_split: str | None = None, *, unseal: bool = False
 ) -> dict:
@@ -76,16 +90,9 @@ def heldout_env_kwargs(
     :class:`NoHeldOutTasks` when the task declares none (:meth:`~mappa_envs.core.PipelineEnv.heldout_kwargs`
     returns None, or the env is not a ``PipelineEnv``).
     """
-    s = spec(env_id)
-    train = {**s.kwargs, **(env_kwargs or {})}
-    cls = _load(s.entry_point)
-    if not (isinstance(cls, type) and issubclass(cls, PipelineEnv)):  # a factory function: the class it builds
-        env = make(env_id, **train)
-        try:
-            cls = type(env.unwrapped)
-        finally:
-            env.close()
-    kwargs = cls.heldout_kwargs(train, eval_split) if issubclass(cls, PipelineEnv) else None
+    train = {**spec(env_id).kwargs, **(env_kwargs or {})}
+    cls = task_class(env_id, train)
+    kwargs = cls.heldout_kwargs(train, eval_split) if cls is not None else None
     if kwargs is None:
         raise NoHeldOutTasks(
             f"{env_id} declares no held-out tasks for env_kwargs={dict(env_kwargs or {})!r}, so it cannot be "
@@ -99,4 +106,4 @@ def heldout_env_kwargs(
     return kwargs
 
 
-__all__ = ["NoHeldOutTasks", "heldout_env_kwargs", "pick_split"]
+__all__ = ["NoHeldOutTasks", "heldout_env_kwargs", "pick_split", "task_class"]

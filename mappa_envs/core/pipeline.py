@@ -94,10 +94,12 @@ class PipelineEnv(AECEnv, abc.ABC):
     coaches and the bias report group by it, a task's ``metadata["task_type"]`` overrides it per task);
     ``coach_template`` (the LLM coach's prompt template, :mod:`mappa_envs.coach.templates`); ``artifacts`` (per role,
     the workspace files it must write: the hand-over contract the rule-based coach checks); and, for evaluation,
-    the classmethod ``heldout_kwargs`` (its held-out tasks); ``outcome_kind``: ``"answer"`` (an episode is right
-    or wrong: evaluations report accuracy) or ``"graded"`` (its result has a quality in [0, 1]: success rate and
-    mean quality). ``grade`` returns the reward and the outcome (see ``trajectory.checked_outcome``). ``sandbox``
-    None: :func:`sandboxes.default_backend` (isolated); the backend used is in each record's ``metadata["sandbox"]``."""
+    the classmethod ``heldout_kwargs`` (its held-out tasks), its names and named suites in ``mappa eval --suites``
+    (``eval_names``, ``eval_suites``, the classmethod ``suite_kwargs``: :mod:`mappa_envs.suites`); ``outcome_kind``:
+    ``"answer"`` (an episode is right or wrong: evaluations report accuracy) or ``"graded"`` (its result has a
+    quality in [0, 1]: success rate and mean quality). ``grade`` returns the reward and the outcome (see
+    ``trajectory.checked_outcome``). ``sandbox`` None: :func:`sandboxes.default_backend` (isolated); the backend
+    used is in each record's ``metadata["sandbox"]``."""
 
     metadata: dict[str, Any] = {
         "render_modes": ["human", "ansi"],
@@ -110,6 +112,8 @@ class PipelineEnv(AECEnv, abc.ABC):
     sealed_splits: tuple[str, ...] = ()  # built only with unseal=True, each evaluation logged (mappa_envs.sealed)
     artifacts: Mapping[str, tuple[str, ...]] = {}
     outcome_kind: str = "answer"
+    eval_names: tuple[str, ...] = ()  # `mappa eval --suites NAME[:SPLIT]` (mappa_envs.suites); () -> the id's name
+    eval_suites: Mapping[str, Mapping[str, Any]] = {}  # named evaluation suites: name -> constructor arguments
 
     def __init__(
         self,
@@ -189,6 +193,13 @@ class PipelineEnv(AECEnv, abc.ABC):
         See :func:`mappa_envs.heldout.heldout_env_kwargs`.
         """
         return None
+
+    @classmethod
+    def suite_kwargs(cls, split: str) -> dict[str, Any]:
+        """The constructor arguments of the evaluation suite ``<name>:<split>`` (``mappa eval --suites sql:eval``,
+        :mod:`mappa_envs.suites`). The default, ``{"split": split}``, leaves it to the constructor to refuse a split
+        it does not have."""
+        return {"split": split}
 
     # ----------------------------------------------------------------- spaces
     def observation_space(self, agent: str):

@@ -10,7 +10,8 @@ Agents: ``query_writer_0`` (up to 3 turns, tool ``sql``: ```sql blocks), ``answe
 
 Splits: ``train`` (default; 22 questions, ids ``sql-<seed>/<i>``) and ``eval``, the held-out questions (22, ids
 ``sql-<seed>-eval/<i>``): a twin of each training question with parameters no training question uses (other
-days, other product ids), on the same database. Evaluation uses ``eval`` (:meth:`SQLQueryEnv.heldout_kwargs`).
+days, other product ids), on the same database. Evaluation uses ``eval`` (:meth:`SQLQueryEnv.heldout_kwargs`):
+``mappa eval --suites sql`` (or ``sql:eval``, ``sql:train``; :mod:`mappa_envs.suites`).
 """
 
 from __future__ import annotations
@@ -199,6 +200,7 @@ class SQLQueryEnv(PipelineEnv):
     metadata = {**PipelineEnv.metadata, "name": "sqlquery_v0"}
     env_id = "mappa/SQLQuery-v0"
     task_type = "sql"
+    eval_names = ("sql",)  # mappa eval --suites sql, sql:<split> (mappa_envs.suites)
 
     def __init__(self, seed: int = 0, query_turns: int = 3, split: str = "train", **kwargs: Any):
         roles = (

@@ -83,6 +83,7 @@ class DSBenchEnv(PipelineEnv):
     coach_template = "dsbench"
     artifacts = prompts.ARTIFACTS
     outcome_kind = "graded"  # a submission's quality in [0, 1] (scoring.Score.quality), besides its validity
+    eval_suites = {"dsbench": {"suite": "lite", "split": "eval"}}  # mappa eval's default suite (mappa_envs.suites)
 
     def __init__(
         self,
@@ -146,6 +147,11 @@ class DSBenchEnv(PipelineEnv):
         if chosen == "all":
             raise ValueError(f"{cls.env_id}: split 'all' holds the training tasks too; it is not held out")
         return {**{k: v for k, v in train_kwargs.items() if k != "task_ids"}, "split": chosen}
+
+    @classmethod
+    def suite_kwargs(cls, split: str) -> dict[str, Any]:
+        """``dsbench:<split>``: that split of DSBench-lite."""
+        return {"suite": "lite", "split": split}
 
     def ds_task(self, task: Task | None = None) -> DSTask:
         """The host-side :class:`DSTask` of ``task`` (default: the current episode's)."""

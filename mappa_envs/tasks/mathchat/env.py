@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ...core import PYTHON_TOOL, EpisodeRecord, PipelineEnv, Role, Task
@@ -99,6 +100,8 @@ class MathChatEnv(PipelineEnv):
     task_type = "math"
     coach_template = "mathchat"
     sealed_splits = SEALED
+    eval_names = ("mathchat", "tasks")  # mappa eval --suites mathchat:<split>, tasks:<file> (mappa_envs.suites)
+    eval_suites = {"aime": {"split": "aime-eval-32"}, "amc": {"split": "amc-eval-32"}}
 
     def __init__(
         self,
@@ -146,6 +149,15 @@ class MathChatEnv(PipelineEnv):
             return None
         rest = {k: v for k, v in train_kwargs.items() if k not in ("tasks", "data_file")}
         return {**rest, "split": chosen}
+
+    @classmethod
+    def suite_kwargs(cls, split: str) -> dict[str, Any]:
+        """A bundled split (``mathchat:arith1-eval``) or a task file (``tasks:<file>``, the format of ``data_file``)."""
+        if split in SPLITS:
+            return {"split": split}
+        if not Path(split).is_file():
+            raise FileNotFoundError(f"task file {split!r} not found, nor a MathChat split of that name: {SPLITS}")
+        return {"data_file": split}
 
     def grade(self, task: Task, record: EpisodeRecord) -> tuple[float, dict[str, Any]]:
         verifier = self.roles[-1].agent
