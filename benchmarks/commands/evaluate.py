@@ -1,5 +1,6 @@
-"""``mappa eval``: a team (the bundled model, a run's models, endpoints) on named suites and task files, with
-intervals, and with ``--compare`` a baseline team on the same episodes and the exact paired test."""
+"""``mappa eval``: a team (the bundled model, a run's models, endpoints) on suites of any registered task
+(:mod:`mappa_envs.suites`) and task files, with intervals, and with ``--compare`` a baseline team on the same
+episodes and the exact paired test."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from .common import env_args, key_values
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    p = sub.add_parser("eval", help="evaluate a team (AIME-32, AMC-32, DSBench eval, task files), with intervals")
+    p = sub.add_parser("eval", help="evaluate a team on any registered task (AIME-32, AMC-32, ...), with intervals")
     p.add_argument(
         "--suites",
         nargs="+",
         default=None,
-        help="aime amc dsbench (the default, unless --tasks), mathchat:<split> (e.g. mathchat:arith1-eval), "
-        "dsbench:<split> (DSBench-lite's train, eval or all)",
+        help="aime amc dsbench (the default, unless --tasks), any registered task as <task> (its held-out split, "
+        "e.g. sql) or <task>:<split> (sql:eval, mathchat:arith1-eval, dsbench:train), or <env id>[:<split>]; "
+        "an unknown name lists them (mappa_envs.suites)",
     )
     p.add_argument(
         "--tasks",
