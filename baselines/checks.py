@@ -12,7 +12,8 @@ returns one :class:`Check` per question:
                 reason instead of a traceback)
 ``eval``        the held-out split can be built and holds ``eval_episodes`` tasks (when ``eval_episodes > 0``)
 ``estimator``   a known advantage estimator, with the samples per prompt it needs (GRPO's group baseline: 2+)
-``options``     ``advantage_scope``, ``truncated``, the trainer and the options it supports
+``options``     every field with a fixed set of values (its ``Literal`` type: ``trainer``, ``truncated``...), the
+                options the trainer supports, the ranges of the numbers
 ``memory``      the estimated peak memory of the whole run against the memory available (skipped with
                 ``memory_check=False``); when it does not fit, settings that would (see :func:`suggest_settings`)
 ==============  ===================================================================================================
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TrainConfig
+from .fields import choice_problems, choices
 from .memory import as_flags, estimate_memory, suggest_settings
 from .role_weights import effective_role_weights, role_specs, spec_problems
 from .shapes import locate_model, model_shape
@@ -177,20 +179,9 @@ def _check_estimator(cfg: TrainConfig) -> Check:
 
 
 def _check_options(cfg: TrainConfig) -> Check:
-    problems = []
-    if cfg.advantage_scope not in ("role", "team"):
-        problems.append(f"advantage_scope must be 'role' or 'team', not {cfg.advantage_scope!r}")
-    if cfg.lr_schedule not in ("cosine", "constant"):
-        problems.append(f"lr_schedule must be 'cosine' or 'constant', not {cfg.lr_schedule!r}")
-    if cfg.truncated not in ("mask", "keep"):
-        problems.append(f"truncated must be 'mask' or 'keep', not {cfg.truncated!r}")
-    if cfg.trainer not in ("ray", "local"):
-        problems.append(f"trainer must be 'ray' or 'local', not {cfg.trainer!r}")
+    problems = choice_problems(cfg)  # every field typed as a Literal: trainer, truncated, zero_stage, dtype...
     if cfg.trainer == "local" and cfg.train_batch:
         problems.append("train_batch (several optimiser steps per iteration) is a Ray-trainer option")
-    for name in ("dtype", "engine_dtype"):
-        if getattr(cfg, name) not in ("auto", "float32", "bfloat16", "float16"):
-            problems.append(f"{name} must be 'auto', 'float32', 'bfloat16' or 'float16', not {getattr(cfg, name)!r}")
     if cfg.rollout_is_cap < 0:
         problems.append(f"rollout_is_cap must be 0 (off) or positive, not {cfg.rollout_is_cap}")
     if cfg.rollouts_from:
@@ -200,8 +191,6 @@ def _check_options(cfg: TrainConfig) -> Check:
             source_config(cfg)
         except (FileNotFoundError, ValueError) as err:
             problems.append(str(err))
-    if cfg.zero_stage not in (0, 1, 2, 3):
-        problems.append(f"zero_stage must be 0, 1, 2 or 3, not {cfg.zero_stage}")
     for name in ("micro_batch", "world_size", "iterations", "max_new_tokens", "max_prompt_tokens"):
         if getattr(cfg, name) < 1:
             problems.append(f"{name} must be at least 1, not {getattr(cfg, name)}")
@@ -216,7 +205,7 @@ def _check_options(cfg: TrainConfig) -> Check:
 
 
 def _check_memory(cfg: TrainConfig, folder: Path | None, n_roles: int | None) -> Check:
-    if cfg.trainer not in ("ray", "local"):
+    if cfg.trainer not in choices(TrainConfig, "trainer"):
         return Check("memory", True, "not estimated: unknown trainer")
     shape = model_shape(cfg.model, folder)
     if shape is None:

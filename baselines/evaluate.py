@@ -36,7 +36,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import mappa_envs
 from mappa_envs.core import EpisodeRecord, write_jsonl
@@ -44,6 +44,7 @@ from mappa_envs.metrics import paired_test, role_stats, wilson_interval
 from mappa_envs.sealed import is_sealed, log_access, refuse
 from mappa_envs.suites import Suite, resolve_suite
 
+from .config import Dtype
 from .rollout import run_episodes
 
 
@@ -53,16 +54,22 @@ class EvalConfig:
     k: int = 1
     """Samples per problem."""
     seed: int = 0
+    """Seed of the sampling."""
     temperature: float = 0.6
+    """Sampling temperature."""
     top_p: float = 1.0
+    """Nucleus sampling's probability mass (1: off)."""
     max_new_tokens: int = 512
+    """Tokens per reply at most."""
     max_prompt_tokens: int = 3072
+    """Prompt tokens a role sees at most (a longer context keeps its end)."""
     limit: int | None = None
     """Only the first ``limit`` problems of each suite (quick looks; the full sets are the benchmark)."""
     concurrency: int = 16
-    engine: str = "vllm"
+    """Episodes in flight."""
+    engine: Literal["vllm", "transformers"] = "vllm"
     """Local models: ``vllm`` (in-process engine) or ``transformers``."""
-    engine_dtype: str = "auto"
+    engine_dtype: Dtype = "auto"
     """The vLLM engine's dtype: as ``TrainConfig.engine_dtype`` ('auto': bfloat16 where the device computes it
     natively, as the training run's engines), 'float32' or 'bfloat16'."""
     dsbench_data_dir: str | None = None

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TrainConfig
+from .fields import flag, negative_flags
 from .shapes import KNOWN_CONFIGS, ModelShape
 
 GiB = 2**30
@@ -377,18 +378,14 @@ def suggest_settings(cfg: TrainConfig, shape: ModelShape, n_roles: int, budget: 
     return None
 
 
-_FLAGS = {
-    "zero_stage": "--zero-stage",
-    "gradient_checkpointing": "--gradient-checkpointing",
-    "micro_batch": "--micro-batch",
-    "engine_kv_cache_gb": "--engine-kv-cache-gb",
-}
-
-
 def as_flags(changes: dict[str, Any]) -> str:
     """``mappa train`` flags for :func:`suggest_settings`'s fields."""
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     out = []
     for name, value in changes.items():
-        flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
-        out.append(flag if value is True else f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+        f = fields[name]
+        if isinstance(value, bool):
+            out.append(flag(f) if value else negative_flags(f)[0])
+        else:
+            out.append(f"{flag(f)} {value:g}" if isinstance(value, float) else f"{flag(f)} {value}")
     return " ".join(out)

@@ -13,6 +13,7 @@ from typing import Any
 from mappa_envs.core import EpisodeRecord
 
 from .config import TrainConfig
+from .fields import resume_may_change
 
 
 class TrajectoryStore:
@@ -61,32 +62,10 @@ class TrajectoryStore:
         os.replace(tmp, path)
 
 
-RESUME_MAY_CHANGE = frozenset(
-    {
-        "iterations",  # a run extended by more iterations (its "after" evaluation is then made again)
-        "out_dir",
-        "resume",
-        "progress",
-        "tensorboard",
-        "wandb",
-        "memory_check",
-        "checkpoint_every",
-        "keep_checkpoints",
-        # how many episodes run at once changes which samples a seed draws, not the experiment
-        "concurrency",
-        "parallel_updates",
-        "concurrent_generation",
-        # resources only: the same log-probs and gradients (a run that ran out of memory resumes with less)
-        "engine_kv_cache_gb",
-        "gpu_memory_utilization",
-        "micro_batch",
-        "gradient_checkpointing",
-        "pack_tokens",
-        "share_prefix",
-    }
-)
-"""Configuration fields a resumed run may change; any other change is refused (the checkpoint, the stored
-episodes and the held-out evaluation belong to the configuration that made them)."""
+RESUME_MAY_CHANGE = resume_may_change(TrainConfig)
+"""Configuration fields a resumed run may change (those declared ``option(..., resume_may_change=True)`` in
+:class:`~baselines.config.TrainConfig`); any other change is refused (the checkpoint, the stored episodes and the
+held-out evaluation belong to the configuration that made them)."""
 
 
 def check_resumable(cfg: TrainConfig) -> dict[str, Any] | None:
