@@ -17,9 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from baselines.config import TrainConfig
+
 from . import train
+from .options import add_options, as_argv, given
 from .report import cmd_report_run
 from .train import train_config
+
+ARM_FIELDS = ("estimator", "coach", "seed", "out_dir", "resume", "progress")
+"""The fields each arm's command sets itself (its estimator and coach, ``--seeds``, its folder under ``--out``,
+``--no-resume``, no progress bar); every other field of :class:`~baselines.config.TrainConfig` is an option of
+``mappa ablate`` passed on to every arm."""
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -27,29 +35,17 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--preset", default="smoke")
     p.add_argument("--seeds", default="0", help="training seeds, comma-separated (every arm runs each); default 0")
     p.add_argument("--seed", type=int, default=None, help="one seed (the same as --seeds N)")
-    p.add_argument("--iterations", type=int, default=None)
-    p.add_argument("--samples-per-prompt", type=int, default=None, help="for every arm (GRPO needs 2 or more)")
-    p.add_argument("--prompts-per-iteration", type=int, default=None, help="for every arm")
     p.add_argument(
         "--estimators",
         default="coach,outcome,grpo",
         help="the arms, comma-separated: coach (REINFORCE++ with the coach), outcome (outcome-only, no coach), grpo, "
         "or any registered estimator (built-in or plug-in, trained with the preset's coach); default %(default)s",
     )
-    p.add_argument("--trainer", default=None, choices=("ray", "local"), help="for every arm (default: the preset's)")
-    p.add_argument("--eval-split", default=None, help="the held-out split of every arm (default: the preset's)")
-    p.add_argument(
-        "--eval-extra-split", action="append", default=[], metavar="S", help="another held-out split, repeatable"
-    )
-    p.add_argument("--eval-episodes", type=int, default=None, help="held-out problems per split (default: preset's)")
-    p.add_argument(
-        "--unseal-test",
-        action="store_true",
-        help="evaluate sealed test splits (a pre-registered run: each look is logged, mappa_envs.sealed)",
-    )
     p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--verbose", action="store_true", help="passed to every arm's `mappa train`")
+    group = p.add_argument_group("every arm's training options (mappa train's; default: the preset's)")
+    add_options(group, TrainConfig, exclude=ARM_FIELDS)
     p.set_defaults(func=cmd_ablate)
     return p
 
@@ -148,19 +144,7 @@ def _arm_argv(args: argparse.Namespace, change: dict[str, str], run: Path, seed:
     """The ``mappa train`` command line of one arm and seed."""
     argv = ["train", "--preset", args.preset, "--out", str(run), "--seed", str(seed)]
     argv += ["--estimator", change["estimator"], *(["--coach", change["coach"]] if "coach" in change else [])]
-    for flag, value in (
-        ("--iterations", args.iterations),
-        ("--samples-per-prompt", args.samples_per_prompt),
-        ("--prompts-per-iteration", args.prompts_per_iteration),
-        ("--trainer", args.trainer),
-        ("--eval-split", args.eval_split),
-        ("--eval-episodes", args.eval_episodes),
-    ):
-        if value is not None:
-            argv += [flag, str(value)]
-    for split in args.eval_extra_split:
-        argv += ["--eval-extra-split", split]
-    argv += ["--unseal-test"] if args.unseal_test else []
+    argv += as_argv(TrainConfig, given(args, TrainConfig, exclude=ARM_FIELDS, prog="mappa ablate"))
     argv += ["--no-progress", *(["--no-resume"] if args.no_resume else [])]
     return argv + (["--verbose"] if args.verbose else [])
 

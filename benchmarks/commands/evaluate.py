@@ -11,9 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from .common import env_args, key_values
+from .options import add_options, given
+
+EVAL_OWN = ("suites", "env_kwargs", "mathchat_kwargs", "dsbench_kwargs")
+"""The fields of :class:`~baselines.evaluate.EvalConfig` made by :func:`_eval_config` (from ``--suites`` and
+``--tasks``, the runs' arguments, ``--env-arg``, ``--dsbench-arg``); every other field is an option of its own."""
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
+    from baselines.evaluate import EvalConfig
+
     p = sub.add_parser("eval", help="evaluate a team on any registered task (AIME-32, AMC-32, ...), with intervals")
     p.add_argument(
         "--suites",
@@ -53,24 +60,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="also evaluate a baseline on the same episodes (the bundled team, or RUN's models) with a paired test",
     )
     _add_comparison_options(p)
-    p.add_argument("-k", type=int, default=1, help="samples per problem")
     _add_team_options(p)
-    p.add_argument("--engine", default="vllm", help="local models: vllm (in-process engine) | transformers")
-    p.add_argument(
-        "--engine-dtype",
-        default="auto",
-        choices=("auto", "float32", "bfloat16"),
-        help="the vLLM engine's dtype (auto: bfloat16 where the device computes it natively, as mappa train's)",
+    add_options(
+        p.add_argument_group("evaluation options (each sets one field of baselines.evaluate.EvalConfig)"),
+        EvalConfig,
+        exclude=EVAL_OWN,
+        defaults="field",
     )
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--max-new-tokens", type=int, default=512)
-    p.add_argument("--max-prompt-tokens", type=int, default=3072)
-    p.add_argument("--limit", type=int, default=None, help="only the first N problems of each suite")
-    p.add_argument("--concurrency", type=int, default=16, help="episodes in flight")
-    p.add_argument("--dsbench-data-dir", default=None, help="original DSBench data (default: DSBench-lite eval)")
-    p.add_argument("--sandbox", default=None, help="sandbox backend (default: each env's)")
-    p.add_argument("--unseal-test", action="store_true", help="evaluate sealed test splits (each look is logged)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="output folder (default runs/eval-<time>)")
     p.set_defaults(func=cmd_eval)
     return p
@@ -258,20 +254,9 @@ def _eval_config(args: argparse.Namespace):
         print(f"DSBench arguments: {dsbench_kwargs}")
     return EvalConfig(
         suites=tuple(suites),
-        k=args.k,
-        seed=args.seed,
-        temperature=args.temperature,
-        max_new_tokens=args.max_new_tokens,
-        max_prompt_tokens=args.max_prompt_tokens,
-        limit=args.limit,
-        concurrency=args.concurrency,
-        engine=args.engine,
-        engine_dtype=args.engine_dtype,
-        dsbench_data_dir=args.dsbench_data_dir,
-        sandbox=args.sandbox,
-        unseal_test=args.unseal_test,
         mathchat_kwargs=mathchat_kwargs,
         dsbench_kwargs=dsbench_kwargs,
+        **given(args, EvalConfig, exclude=EVAL_OWN, prog="mappa eval"),
     )
 
 

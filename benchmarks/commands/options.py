@@ -1,149 +1,162 @@
-"""The options of ``mappa train`` that each set one :class:`~baselines.config.TrainConfig` field: one table, from
-which both the parser and the configuration's overrides are made (:func:`benchmarks.commands.train.train_config`)."""
+"""Command-line options generated from the configuration dataclasses (:mod:`baselines.fields`): one flag per field
+of :class:`~baselines.config.TrainConfig` (``mappa train``, and every arm of ``mappa ablate``) and of
+:class:`~baselines.evaluate.EvalConfig` (``mappa eval``), its help the first sentence of the field's docstring, its
+choices the field's ``Literal``. A new option is a new field; nothing here names one.
+
+How a field's type is given:
+
+===========================  ====================================================================================
+``bool`` (or ``| None``)     ``--name`` / ``--no-name`` (and the field's ``negative``: ``--keep-coach-fallbacks``)
+``Literal[...]``             ``--name VALUE`` among its values
+``int``, ``float``, ``str``  ``--name VALUE`` (``X | None``: ``X``; None is not given on the command line)
+``tuple[X, ...]``            ``--name VALUE``, repeatable: the values in order, replacing the preset's
+``tuple[X, X]``              ``--name VALUE VALUE``
+``dict[str, str]``           ``--name KEY=VALUE``, repeatable: merged over the preset's (a key given twice: the last)
+``dict[str, Any]``           the same, the values read as JSON (``--env-arg turns=2``)
+===========================  ====================================================================================
+"""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+import dataclasses
+import json
+import typing
 from typing import Any
 
+from baselines.fields import base_type, field_types, flag, help_text, literal_choices, negative_flags
 
-@dataclass(frozen=True)
-class Option:
-    """One option of ``mappa train``: the :class:`~baselines.config.TrainConfig` field it sets and its argparse
-    arguments. ``const``: a flag without a value that sets the field to ``const``."""
+from .common import parse_value
 
-    flag: str
-    field: str
-    help: str = ""
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    const: Any = None
 
-    def add_to(self, p: argparse.ArgumentParser) -> None:
-        if self.const is not None:
-            p.add_argument(self.flag, dest=self.field, action="store_const", const=self.const, help=self.help)
+class _Switch(argparse.BooleanOptionalAction):
+    """``--name`` sets a bool field True, ``--no-name`` (and the field's own ``negative`` flags) False."""
+
+    def __init__(self, option_strings: list[str], dest: str, negative: tuple[str, ...] = (), **kwargs: Any):
+        super().__init__(option_strings, dest, **kwargs)
+        self.negative = tuple(n for n in negative if n not in self.option_strings)
+        self.option_strings = [*self.option_strings, *self.negative]
+
+    def __call__(self, parser, namespace, values, option_string: str | None = None) -> None:
+        off = option_string is not None and (option_string.startswith("--no-") or option_string in self.negative)
+        setattr(namespace, self.dest, not off)
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+def _argument(cls: type, f: dataclasses.Field, tp: Any) -> tuple[list[str], dict[str, Any]]:
+    """The ``add_argument`` arguments of field ``f`` (type ``tp``); its default is set by :func:`add_options`."""
+    name = flag(f)
+    kwargs: dict[str, Any] = {"dest": f.name, "help": help_text(cls, f.name).replace("%", "%%"), "default": None}
+    metavar = f.metadata.get("metavar") or name.lstrip("-").upper().replace("-", "_")
+    tp = base_type(tp)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    values = literal_choices(tp)
+    if tp is bool:
+        kwargs.update(action=_Switch, negative=negative_flags(f)[1:])
+    elif values is not None:
+        kwargs.update(choices=values, type=type(values[0]))
+    elif origin is dict and args[0] is str:
+        kwargs.update(action="append", metavar=f.metadata.get("metavar", "KEY=VALUE"))
+        kwargs["help"] += " (repeatable)"
+    elif origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        kwargs.update(action="append", type=args[0], metavar=metavar)
+        kwargs["help"] += " (repeatable)"
+    elif origin is tuple and args and len(set(args)) == 1:
+        kwargs.update(nargs=len(args), type=args[0], metavar=metavar)
+    elif tp in (int, float, str):
+        kwargs.update(type=tp, metavar=metavar)
+    else:
+        raise TypeError(f"{cls.__name__}.{f.name}: no command-line form for a {tp!r} (baselines.fields)")
+    return [name], kwargs
+
+
+def add_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type,
+    *,
+    exclude: tuple[str, ...] = (),
+    defaults: str = "preset",
+) -> None:
+    """A flag for every field of the dataclass ``cls`` but those in ``exclude``, whose value lands in ``args.<field>``.
+    ``defaults="preset"``: a flag not given is None (the preset's value stays: :func:`given` leaves it out);
+    ``"field"``: the field's default, shown in the help (a repeatable flag's is None all the same)."""
+    types = field_types(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in exclude:
+            continue
+        flags, kwargs = _argument(cls, f, types[f.name])
+        action = parser.add_argument(*flags, **kwargs)
+        if defaults == "field" and kwargs.get("action") != "append":
+            action.default = _field_default(f)
+            if action.default is not None:
+                action.help = f"{action.help} (default: %(default)s)"
+
+
+def _pairs(items: list[str], f: dataclasses.Field, as_json: bool, prog: str) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not (as_json or value.strip()):
+            raise SystemExit(f"{prog}: {flag(f)} takes {f.metadata.get('metavar', 'KEY=VALUE')}, not {item!r}")
+        out[key.strip()] = parse_value(value) if as_json else value.strip()
+    return out
+
+
+def given(
+    args: argparse.Namespace, cls: type, *, exclude: tuple[str, ...] = (), base: Any = None, prog: str = "mappa"
+) -> dict[str, Any]:
+    """The fields of ``cls`` the parsed ``args`` give (a flag not given, None, is left out), as field values: a
+    repeatable flag's list as a tuple, or as a mapping merged over ``base``'s (a configuration, or None)."""
+    types = field_types(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        value = getattr(args, f.name, None)
+        if f.name in exclude or value is None:
+            continue
+        tp = base_type(types[f.name])
+        origin = typing.get_origin(tp)
+        if origin is dict:
+            pairs = _pairs(value, f, typing.get_args(tp)[1] is not str, prog)
+            value = {**(getattr(base, f.name) if base is not None else {}), **pairs}
+        elif origin is tuple:
+            value = tuple(value)
+        out[f.name] = value
+    return out
+
+
+def _text(value: Any, as_json: bool) -> str:
+    """A value as its flag takes it (JSON where the flag reads JSON and the plain text would read otherwise)."""
+    if not as_json:
+        return str(value)
+    return value if isinstance(value, str) and parse_value(value) == value else json.dumps(value)
+
+
+def as_argv(cls: type, values: dict[str, Any]) -> list[str]:
+    """The flags that give each field of ``values`` its value: the inverse of :func:`given` (``mappa ablate`` passes
+    its training options on to every arm's ``mappa train`` with it)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    types = field_types(cls)
+    argv: list[str] = []
+    for name, value in values.items():
+        f, tp = fields[name], base_type(types[name])
+        origin = typing.get_origin(tp)
+        if tp is bool:
+            argv.append(flag(f) if value else negative_flags(f)[0])
+        elif origin is dict:
+            as_json = typing.get_args(tp)[1] is not str
+            for k, v in value.items():
+                argv += [flag(f), f"{k}={_text(v, as_json)}"]
+        elif origin is tuple and typing.get_args(tp)[1:] == (Ellipsis,):
+            for v in value:
+                argv += [flag(f), str(v)]
+        elif origin is tuple:
+            argv += [flag(f), *(str(v) for v in value)]
         else:
-            kwargs = dict(self.kwargs)
-            if "choices" not in kwargs:  # the flag's name, not the field's: --out OUT
-                kwargs.setdefault("metavar", self.flag.lstrip("-").upper().replace("-", "_"))
-            p.add_argument(self.flag, dest=self.field, default=None, help=self.help, **kwargs)
+            argv += [flag(f), str(value)]
+    return argv
 
 
-def _o(flag: str, name: str, help: str = "", **kwargs: Any) -> Option:
-    return Option(flag, name, help, kwargs)
-
-
-TRAIN_OPTIONS: tuple[Option, ...] = (
-    _o("--trainer", "trainer", "ray (vLLM + DeepSpeed ZeRO-3, default) | local (one process)"),
-    _o("--iterations", "iterations", type=int),
-    _o("--model", "model", "smollm2-135m | tiny-random | a model folder"),
-    _o("--estimator", "estimator", "reinforce_pp | grpo | outcome | a registered plug-in (entry points)"),
-    _o(
-        "--coach",
-        "coach",
-        "rule | rule-hindsight (scores each episode whole, knowing its outcome) | none | module:factory",
-    ),
-    _o("--world-size", "world_size", "DeepSpeed ranks per role (ray trainer)", type=int),
-    _o("--prompts-per-iteration", "prompts_per_iteration", type=int),
-    _o("--samples-per-prompt", "samples_per_prompt", type=int),
-    _o("--concurrency", "concurrency", "episodes stepped together", type=int),
-    _o("--train-batch", "train_batch", "samples per optimiser step (ray trainer)", type=int),
-    _o(
-        "--role-weights",
-        "role_weights",
-        "a role's weights, repeatable: ROLE=full | ROLE=frozen | ROLE=shared:OTHER_ROLE (local trainer)",
-        action="append",
-        metavar="ROLE=SPEC",
-    ),
-    _o(
-        "--place",
-        "placement",
-        "on a Ray cluster: ACTOR=RESOURCE, repeatable; ACTOR is engines, trainers, ROLE, engine:ROLE or trainer:ROLE, "
-        "RESOURCE a custom resource of the nodes it may run on",
-        action="append",
-        metavar="ACTOR=RESOURCE",
-    ),
-    _o(
-        "--rollout-is-cap",
-        "rollout_is_cap",
-        "truncated importance sampling of the engines' numerics: min(pi_trainer/pi_engine, CAP) per token (0: off)",
-        type=float,
-    ),
-    _o(
-        "--rollouts-from",
-        "rollouts_from",
-        "a run folder: train on its stored episodes, re-scored by --coach, instead of new rollouts (off-policy)",
-        metavar="RUN",
-    ),
-    _o("--eval-split", "eval_split", "held-out split (tasks with named splits)"),
-    _o("--eval-extra-split", "eval_extra_splits", "another held-out split, repeatable", action="append", metavar="S"),
-    Option(
-        "--unseal-test",
-        "unseal_test",
-        "evaluate a sealed test split (pre-registered runs only: every evaluation is logged, mappa_envs.sealed)",
-        const=True,
-    ),
-    _o("--eval-episodes", "eval_episodes", "held-out problems before and after training", type=int),
-    _o("--eval-samples", "eval_samples", "samples per held-out problem", type=int),
-    _o("--lr", "lr", "learning rate", type=float),
-    _o("--weight-decay", "weight_decay", "AdamW weight decay", type=float),
-    _o("--warmup-ratio", "warmup_ratio", "fraction of iterations of linear lr warm-up", type=float),
-    _o("--lr-schedule", "lr_schedule", "after the warm-up (default cosine)", choices=("cosine", "constant")),
-    _o("--advantage-scope", "advantage_scope", "where advantages are normalised", choices=("role", "team")),
-    Option(
-        "--keep-coach-fallbacks",
-        "mask_coach_fallbacks",
-        "train on actions whose coach evaluation is a fallback (default: masked out of the loss)",
-        const=False,
-    ),
-    _o("--truncated", "truncated", "responses cut at --max-new-tokens: mask | keep", choices=("mask", "keep")),
-    _o("--temperature", "temperature", "sampling temperature of the rollouts", type=float),
-    _o("--max-new-tokens", "max_new_tokens", "tokens per reply", type=int),
-    _o("--micro-batch", "micro_batch", "sequences per forward/backward pass", type=int),
-    _o(
-        "--pack-tokens",
-        "pack_tokens",
-        "forward/backward over prefix-shared packs of at most this many distinct tokens (0: padded micro-batches)",
-        type=int,
-    ),
-    Option(
-        "--no-share-prefix",
-        "share_prefix",
-        "with --pack-tokens: run the prefix every sample shares with each pack, not once per batch",
-        const=False,
-    ),
-    _o("--zero-stage", "zero_stage", "DeepSpeed ZeRO stage", type=int, choices=(0, 1, 2, 3)),
-    Option("--gradient-checkpointing", "gradient_checkpointing", "recompute activations in the backward", const=True),
-    Option(
-        "--no-rollout-logprobs",
-        "rollout_logprobs",
-        "recompute the policy's log-probs in the trainer instead of taking the engine's (distributed trainer)",
-        const=False,
-    ),
-    _o("--checkpoint-every", "checkpoint_every", "iterations between checkpoints (0: last only)", type=int),
-    Option(
-        "--concurrent-generation",
-        "concurrent_generation",
-        "let the roles' engines generate at the same time on CPU too (the GPU default; slower on a CPU)",
-        const=True,
-    ),
-    _o("--engine-kv-cache-gb", "engine_kv_cache_gb", "vLLM KV cache per engine on CPU (GiB)", type=float),
-    _o(
-        "--engine-dtype",
-        "engine_dtype",
-        "the vLLM engines' dtype: float32, bfloat16, or auto (bfloat16 where the device computes it natively)",
-        choices=("auto", "float32", "bfloat16"),
-    ),
-    Option(
-        "--no-memory-check",
-        "memory_check",
-        "start even if the estimated peak memory exceeds what is free",
-        const=False,
-    ),
-    _o("--out", "out_dir", "output folder (default: the preset's)"),
-    _o("--seed", "seed", type=int),
-    Option("--no-resume", "resume", "start afresh even if --out holds a checkpoint", const=False),
-    Option("--no-progress", "progress", "no progress bar", const=False),
-)
-"""Every option of ``mappa train`` that sets one :class:`~baselines.config.TrainConfig` field (``--env`` and
-``--env-arg``, which set two, are handled by :func:`train_config`)."""
+__all__ = ["add_options", "as_argv", "given"]

@@ -1,5 +1,5 @@
-"""``mappa train``: its parser (the table of :mod:`.options`), the configuration, the run (evaluate, train,
-evaluate, the paired change) and its console lines."""
+"""``mappa train``: its parser (generated from the configuration's fields: :mod:`.options`), the configuration,
+the run (evaluate, train, evaluate, the paired change) and its console lines."""
 
 from __future__ import annotations
 
@@ -11,14 +11,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .common import env_args
-from .options import TRAIN_OPTIONS
+from .options import add_options, given
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parser(sub: Any, config: type | None = None) -> argparse.ArgumentParser:
+    """``mappa train``'s parser: a flag for every field of the configuration (``config``, default
+    :class:`~baselines.config.TrainConfig`; :mod:`.options`), besides ``--preset``, ``--dry-run`` and ``--verbose``."""
+    from baselines.config import TrainConfig
     from baselines.presets import PRESETS
 
-    p = sub.add_parser("train", help="train every role with REINFORCE++ / GRPO / outcome-only")
+    p = sub.add_parser(
+        "train",
+        help="train every role with REINFORCE++ / GRPO / outcome-only",
+        description="Train every role of a team. The preset sets every field of the configuration; each option given "
+        "replaces one (--dry-run shows them all). Another --env than the preset's drops the preset's --env-arg "
+        "values and --eval-split.",
+    )
     p.add_argument("--preset", default="demo", choices=list(PRESETS), help=" | ".join(PRESETS))
     p.add_argument(
         "--dry-run",
@@ -26,57 +34,29 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="print the configuration and the pre-flight checks (model on disk, tasks, memory estimate) and exit: "
         "0 if it can run here, 1 if not; starts nothing",
     )
-    p.add_argument("--env", default=None, help="registered env id (default: the preset's)")
-    p.add_argument(
-        "--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env argument (JSON values), repeatable"
-    )
-    for option in TRAIN_OPTIONS:
-        option.add_to(p)
     p.add_argument(
         "--verbose",
         action="store_true",
         help="show the libraries' logs (Ray, vLLM, DeepSpeed, transformers) on the console too; by default they go "
         "only to <out>/logs/",
     )
+    add_options(
+        p.add_argument_group("training options (each sets one field; default: the preset's)"), config or TrainConfig
+    )
     p.set_defaults(func=cmd_train)
     return p
 
 
 def train_config(args: argparse.Namespace):
-    """The ``TrainConfig`` of ``mappa train``'s arguments: the preset, with each option given replacing its field."""
+    """The ``TrainConfig`` of ``mappa train``'s arguments: the preset, with each option given replacing its field
+    (a repeatable ``KEY=VALUE`` option adding to the preset's mapping)."""
+    from baselines.config import TrainConfig
     from baselines.presets import preset
 
     base = preset(args.preset)
-    other_env = bool(args.env) and args.env != base.env_id
-    env_kwargs = {} if other_env else None  # the preset's arguments belong to its own env
-    if args.env_arg:
-        env_kwargs = {**(base.env_kwargs if env_kwargs is None else env_kwargs), **env_args(args.env_arg)}
-    overrides = {o.field: getattr(args, o.field) for o in TRAIN_OPTIONS}
-    if overrides["eval_extra_splits"] is not None:
-        overrides["eval_extra_splits"] = tuple(overrides["eval_extra_splits"])
-    if overrides["role_weights"] is not None:
-        overrides["role_weights"] = {**base.role_weights, **role_weight_args(overrides["role_weights"])}
-    if overrides["placement"] is not None:
-        overrides["placement"] = {**base.placement, **role_weight_args(overrides["placement"], "--place")}
-    cfg = preset(args.preset, env_id=args.env, env_kwargs=env_kwargs, **overrides)
-    if other_env and args.eval_split is None:
-        cfg = dataclasses.replace(cfg, eval_split=None)  # the preset's held-out split belongs to its own env
-    return cfg
-
-
-def role_weight_args(items: list[str], flag: str = "--role-weights") -> dict[str, str]:
-    """``--role-weights ROLE=SPEC`` (or ``--place ACTOR=RESOURCE``) options as a mapping (a key given twice: the
-    last wins)."""
-    out = {}
-    for item in items:
-        role, sep, spec = item.partition("=")
-        if not sep or not role or not spec:
-            form = (
-                "ROLE=SPEC (e.g. verifier=frozen)" if flag == "--role-weights" else "ACTOR=RESOURCE (e.g. engines=gen)"
-            )
-            raise SystemExit(f"mappa train: {flag} takes {form}, not {item!r}")
-        out[role.strip()] = spec.strip()
-    return out
+    if args.env_id is not None and args.env_id != base.env_id:  # the preset's arguments and held-out split: its env's
+        base = dataclasses.replace(base, env_kwargs={}, eval_split=None)
+    return dataclasses.replace(base, **given(args, TrainConfig, base=base, prog="mappa train"))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
