@@ -56,7 +56,7 @@ def _class_of(env_id: str) -> type | None:
     such an env is found by its id, and ``make`` says what is wrong with it)."""
     try:
         cls = _load(registry[env_id].entry_point)
-    except (ImportError, AttributeError):
+    except Exception:  # a plugin that fails to load must not hide the other suites
         return None
     return cls if isinstance(cls, type) else None
 
