@@ -38,7 +38,7 @@ from .text import (
     truncate_middle,
 )
 from .tools import get_tool
-from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall, checked_outcome
+from .trajectory import ActionRecord, EpisodeRecord, Message, OutcomeKind, ToolCall, checked_outcome
 
 PYTHON_TOOL = "python"
 
@@ -111,7 +111,7 @@ class PipelineEnv(AECEnv, abc.ABC):
     coach_template: str = "default"
     sealed_splits: tuple[str, ...] = ()  # built only with unseal=True, each evaluation logged (mappa_envs.sealed)
     artifacts: Mapping[str, tuple[str, ...]] = {}
-    outcome_kind: str = "answer"
+    outcome_kind: OutcomeKind = "answer"
     eval_names: tuple[str, ...] = ()  # `mappa eval --suites NAME[:SPLIT]` (mappa_envs.suites); () -> the id's name
     eval_suites: Mapping[str, Mapping[str, Any]] = {}  # named evaluation suites: name -> constructor arguments
 

@@ -7,10 +7,11 @@ An :class:`EpisodeRecord` is what training, coaching, reports and replays read. 
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sandboxes import ExecResult
 
@@ -152,7 +153,9 @@ class EpisodeRecord:
         return cls.from_dict(json.loads(line))
 
 
-OUTCOME_KINDS = ("answer", "graded")
+OutcomeKind = Literal["answer", "graded"]
+"""What a task's outcome is: ``answer`` (right or wrong) or ``graded`` (a ``quality`` in [0, 1] besides validity)."""
+OUTCOME_KINDS: tuple[str, ...] = typing.get_args(OutcomeKind)
 
 
 def checked_outcome(source: str, kind: str, reward: float, outcome: Mapping[str, Any]) -> dict[str, Any]:
