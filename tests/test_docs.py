@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from mappa_envs.core import tools
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -34,6 +36,9 @@ def test_code_samples_run(page, tmp_path, monkeypatch):
         return
     assert blocks, f"{page.name} has no code sample"
     monkeypatch.chdir(tmp_path)
+    # A page may register tools (the tutorial replaces the shipped 'sql' tool with its copy): the tool registry is
+    # restored afterwards, so that what runs next imports the shipped modules as on a fresh interpreter.
+    monkeypatch.setattr(tools, "_TOOLS", dict(tools._TOOLS))
     namespace: dict = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
     for i, code in enumerate(blocks):
         try:
