@@ -268,6 +268,9 @@ def test_ablate_runs_share_the_first_runs_before_training_evaluation(tmp_path, m
         (run / "eval.json").write_text(json.dumps({**evals, "after": {**before, "correct": 2}}))
         (run / "config.json").write_text(json.dumps({"iterations": 1, "eval_episodes": 4}))
         (run / "metrics.jsonl").write_text(json.dumps({"iteration": 0}) + "\n")
+        (run / "checkpoints" / "iter-00000").mkdir(parents=True)
+        (run / "checkpoints" / "iter-00000" / "state.pt").write_bytes(b"x" * 1000)
+        (run / "models" / "verifier").mkdir(parents=True)
         return 0
 
     (out / "grpo" / "seed-1").mkdir(parents=True)
@@ -290,6 +293,8 @@ def test_ablate_runs_share_the_first_runs_before_training_evaluation(tmp_path, m
     assert manifest["seeds"] == [0, 1]
     info = {a["name"]: a["information"] for a in manifest["arms"]}
     assert info == {"coach": "final-answer-key", "outcome": "outcome", "grpo": "final-answer-key"}
+    for key in seen:  # a finished run's checkpoints are removed, its models kept
+        assert not (out / key / "checkpoints").exists() and (out / key / "models" / "verifier").is_dir()
     seen.clear()
     assert cli.main(argv) == 0 and seen == {}  # every run finished: nothing runs again
 

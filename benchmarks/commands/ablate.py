@@ -44,6 +44,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--verbose", action="store_true", help="passed to every arm's `mappa train`")
+    p.add_argument(
+        "--keep-finished-checkpoints",
+        action="store_true",
+        help="keep each finished run's checkpoints/ (by default removed when the run has finished: its models/, "
+        "metrics, episodes and evaluation stay; the bundled model's checkpoints take about 4.6 GB each)",
+    )
     group = p.add_argument_group("every arm's training options (mappa train's; default: the preset's)")
     add_options(group, TrainConfig, exclude=ARM_FIELDS)
     p.set_defaults(func=cmd_ablate)
@@ -231,11 +237,25 @@ def cmd_ablate(args: argparse.Namespace) -> int:
             if rc != 0:
                 print(f"[ablation] {run.arm} seed {run.seed} failed with exit status {rc}", file=sys.stderr)
                 return rc
+        if not args.keep_finished_checkpoints:
+            _drop_checkpoints(run.path)
         if i == 0 and not args.no_resume:
             _share_before_evaluation(run.path, [r.path for r in plan[1:]])
     runs, labels = [str(r.path) for r in plan], [f"{r.arm}/seed-{r.seed}" for r in plan]
     rc = cmd_report_run(argparse.Namespace(runs=runs, label=labels, out=str(out / "report"), eval=[]))
     return rc or _report_ablation(out)
+
+
+def _drop_checkpoints(run: Path) -> None:
+    """Remove a finished run's ``checkpoints/`` (they only serve to resume it); say how much was freed."""
+    import shutil
+
+    folder = run / "checkpoints"
+    if not folder.is_dir() or not _finished(run):
+        return
+    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    shutil.rmtree(folder)
+    print(f"[ablation] removed {folder} ({size / 2**30:.1f} GiB; --keep-finished-checkpoints keeps them)", flush=True)
 
 
 def _report_ablation(out: Path) -> int:
