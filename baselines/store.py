@@ -62,6 +62,10 @@ class TrajectoryStore:
         os.replace(tmp, path)
 
 
+REMOVED = "REMOVED"
+"""The file ``mappa ablate`` leaves in a finished run's ``checkpoints/`` when it removes them: such a run cannot be
+resumed (it would train again from the base weights on episodes its trained policies sampled)."""
+
 RESUME_MAY_CHANGE = resume_may_change(TrainConfig)
 """Configuration fields a resumed run may change (those declared ``option(..., resume_may_change=True)`` in
 :class:`~baselines.config.TrainConfig`); any other change is refused (the checkpoint, the stored episodes and the
@@ -75,6 +79,12 @@ def check_resumable(cfg: TrainConfig) -> dict[str, Any] | None:
     as their defaults): resuming it would silently mix two experiments. ``mappa train`` checks this before it
     builds anything."""
     out = Path(cfg.out_dir)
+    if cfg.resume and (out / "checkpoints" / REMOVED).exists():
+        raise ValueError(
+            f"{out}: its checkpoints were removed when the run finished ({out / 'checkpoints' / REMOVED}), so it "
+            "cannot be resumed or extended: train into another --out (its models/ are the trained weights), or "
+            "start afresh with --no-resume"
+        )
     reused = (
         (out / "checkpoints" / "latest").exists()
         or (out / "eval.json").exists()
@@ -95,4 +105,4 @@ def check_resumable(cfg: TrainConfig) -> dict[str, Any] | None:
     return saved
 
 
-__all__ = ["RESUME_MAY_CHANGE", "TrajectoryStore", "check_resumable"]
+__all__ = ["REMOVED", "RESUME_MAY_CHANGE", "TrajectoryStore", "check_resumable"]

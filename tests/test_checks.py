@@ -268,9 +268,12 @@ def test_ablate_runs_share_the_first_runs_before_training_evaluation(tmp_path, m
         (run / "eval.json").write_text(json.dumps({**evals, "after": {**before, "correct": 2}}))
         (run / "config.json").write_text(json.dumps({"iterations": 1, "eval_episodes": 4}))
         (run / "metrics.jsonl").write_text(json.dumps({"iteration": 0}) + "\n")
-        (run / "checkpoints" / "iter-00000").mkdir(parents=True)
-        (run / "checkpoints" / "iter-00000" / "state.pt").write_bytes(b"x" * 1000)
-        (run / "models" / "verifier").mkdir(parents=True)
+        (run / "checkpoints" / "iter-00000" / "verifier").mkdir(parents=True)
+        (run / "checkpoints" / "iter-00000" / "verifier" / "state.pt").write_bytes(b"x" * 1000)
+        (run / "checkpoints" / "latest").write_text("iter-00000")
+        if key != "grpo/seed-0":  # this one died while exporting its models
+            (run / "models" / "verifier").mkdir(parents=True)
+            (run / "models" / "verifier" / "config.json").write_text("{}")
         return 0
 
     (out / "grpo" / "seed-1").mkdir(parents=True)
@@ -293,8 +296,15 @@ def test_ablate_runs_share_the_first_runs_before_training_evaluation(tmp_path, m
     assert manifest["seeds"] == [0, 1]
     info = {a["name"]: a["information"] for a in manifest["arms"]}
     assert info == {"coach": "final-answer-key", "outcome": "outcome", "grpo": "final-answer-key"}
-    for key in seen:  # a finished run's checkpoints are removed, its models kept
-        assert not (out / key / "checkpoints").exists() and (out / key / "models" / "verifier").is_dir()
+    for key in seen:  # a finished run's checkpoints are removed once its models are exported; the models stay
+        removed = sorted(p.name for p in (out / key / "checkpoints").iterdir())
+        assert removed == (["iter-00000", "latest"] if key == "grpo/seed-0" else ["REMOVED"]), (key, removed)
+    from baselines.store import check_resumable
+
+    cfg = TrainConfig(out_dir=str(out / "coach" / "seed-0"))
+    with pytest.raises(ValueError, match="checkpoints were removed when the run finished"):
+        check_resumable(cfg)  # mappa train would start again from the base weights on the trained policies' episodes
+    assert check_resumable(dataclasses.replace(cfg, resume=False)) is None
     seen.clear()
     assert cli.main(argv) == 0 and seen == {}  # every run finished: nothing runs again
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from baselines.config import TrainConfig
+from baselines.store import REMOVED
 
 from . import train
 from .options import add_options, as_argv, given
@@ -247,15 +248,32 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def _drop_checkpoints(run: Path) -> None:
-    """Remove a finished run's ``checkpoints/`` (they only serve to resume it); say how much was freed."""
+    """Remove a finished run's checkpoints (they only serve to resume it) once every role its last checkpoint holds
+    is exported to ``models/``; leave ``checkpoints/REMOVED`` so that ``mappa train`` refuses to resume the run
+    (it would start again from the base weights on episodes the trained policies sampled). Says what was freed."""
     import shutil
 
     folder = run / "checkpoints"
-    if not folder.is_dir() or not _finished(run):
+    latest = folder / "latest"
+    if not latest.is_file() or not _finished(run):
+        return
+    last = folder / latest.read_text().strip()
+    roles = sorted(p.name for p in last.iterdir() if p.is_dir()) if last.is_dir() else []
+    missing = [r for r in roles if not any((run / "models" / r / f).is_file() for f in _EXPORTED)]
+    if not roles or missing:
+        print(f"[ablation] kept {folder}: models/ lacks {missing or 'every role'} (not all exported)", flush=True)
         return
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
     shutil.rmtree(folder)
+    folder.mkdir()
+    (folder / REMOVED).write_text(
+        f"mappa ablate removed this finished run's checkpoints ({size / 2**30:.1f} GiB) after exporting "
+        f"models/{{{','.join(roles)}}}: the run cannot be resumed or extended.\n"
+    )
     print(f"[ablation] removed {folder} ({size / 2**30:.1f} GiB; --keep-finished-checkpoints keeps them)", flush=True)
+
+
+_EXPORTED = ("config.json", "adapter_config.json")  # a full model, or a LoRA adapter
 
 
 def _report_ablation(out: Path) -> int:
