@@ -147,3 +147,29 @@ def test_a_task_without_heldout_tasks_is_evaluated_on_a_named_split(tiny):
         assert resolve_suite("plain:dev").kwargs == {"split": "dev"}
     finally:
         mappa_envs.registry.pop("test/Plain-v0")
+
+
+def test_task_arguments_reach_any_tasks_suites_and_none_is_dropped(tmp_path):
+    """``--task-arg TASK:KEY=VALUE`` reaches every suite of that task; a run of the SQL task passes its own
+    arguments; ``--env-arg`` (MathChat's) with no MathChat suite is refused instead of dropped."""
+    import argparse
+
+    from benchmarks.commands import evaluate as command
+
+    parser = argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers())
+
+    def config(*argv):
+        return command._eval_config(parser.parse_args(["eval", *argv]))
+
+    cfg = config("--suites", "sql", "sql:eval", "--task-arg", "sql:query_turns=1")
+    assert suite_env("sql", cfg) == ("mappa/SQLQuery-v0", {"split": "eval", "query_turns": 1})
+    assert suite_env("sql:eval", cfg)[1]["query_turns"] == 1
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"env_id": "mappa/SQLQuery-v0", "env_kwargs": {"query_turns": 2}}))
+    assert suite_env("sql", config("--suites", "sql", "--run", str(run)))[1]["query_turns"] == 2
+    with pytest.raises(SystemExit, match="none of \\['sql'\\] is MathChat's: use --task-arg"):
+        config("--suites", "sql", "--env-arg", "query_turns=1")
+    with pytest.raises(SystemExit, match="--task-arg takes TASK:KEY=VALUE, not 'query_turns=1'"):
+        config("--suites", "sql", "--task-arg", "query_turns=1")

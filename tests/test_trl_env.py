@@ -147,7 +147,11 @@ def test_a_row_built_for_another_seat_is_refused_and_completions_are_read_in_eve
         )
         == "ab"
     )
-    assert completion_text([{"role": "assistant", "content": None}]) == "None"
+    assert completion_text([{"role": "assistant", "content": None}]) == ""  # recorded by the env as malformed
+    env = factory()
+    env.reset(task_index=0)
+    env._play(completion_text([{"role": "assistant", "content": None}]))
+    assert env.record.actions[1].issues, env.record.actions[1]
     env = factory()
     with pytest.raises(RuntimeError, match="reset"):
         env._play("x")

@@ -52,6 +52,14 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         help="an argument of every DSBench suite, e.g. role_prompts=small (default with --run: the run's)",
     )
     p.add_argument(
+        "--task-arg",
+        action="append",
+        default=[],
+        metavar="TASK:KEY=VALUE",
+        help="an argument of every suite of TASK (a task name such as sql, or an env id), e.g. sql:query_turns=1 "
+        "(default with --run: the run's, for the task it trained on)",
+    )
+    p.add_argument(
         "--compare",
         nargs="?",
         const="bundled",
@@ -248,6 +256,7 @@ def _eval_config(args: argparse.Namespace):
                 f"note: {run} trained with MathChat arguments {trained}; both teams see "
                 f"{mathchat_kwargs or 'the defaults'}"
             )
+    task_kwargs = _task_args(args, suites, compared)
     if mathchat_kwargs:
         print(f"MathChat arguments: {mathchat_kwargs}")
     if dsbench_kwargs:
@@ -256,8 +265,40 @@ def _eval_config(args: argparse.Namespace):
         suites=tuple(suites),
         mathchat_kwargs=mathchat_kwargs,
         dsbench_kwargs=dsbench_kwargs,
+        env_kwargs=task_kwargs,
         **given(args, EvalConfig, exclude=EVAL_OWN, prog="mappa eval"),
     )
+
+
+def _task_args(args: argparse.Namespace, suites: list[str], compared: str | None) -> dict[str, dict[str, Any]]:
+    """``EvalConfig.env_kwargs`` by task: the arguments a run of a task other than MathChat and DSBench trained with
+    (their own flags carry those two), then ``--task-arg TASK:KEY=VALUE``. Refuses ``--env-arg`` (MathChat's) when
+    no suite is MathChat's, rather than dropping it."""
+    from mappa_envs.suites import resolve_suite
+
+    tasks = {resolve_suite(name).env_id for name in suites if not name.startswith("tasks:")}
+    tasks |= {"mappa/MathChat-v0"} if any(name.startswith("tasks:") for name in suites) else set()
+    if args.env_arg and "mappa/MathChat-v0" not in tasks:
+        raise SystemExit(
+            f"mappa eval: --env-arg gives MathChat's suites an argument, and none of {suites} is MathChat's: "
+            "use --task-arg TASK:KEY=VALUE (e.g. sql:query_turns=1)"
+        )
+    out: dict[str, dict[str, Any]] = {}
+    run = args.run or compared
+    saved = Path(run) / "config.json" if run else None
+    trained = json.loads(saved.read_text()) if saved is not None and saved.exists() else {}
+    env_id = trained.get("env_id", "mappa/MathChat-v0")
+    if env_id not in ("mappa/MathChat-v0", "mappa/DSBench-v0") and env_id in tasks:
+        out[env_id] = _run_env_kwargs(run, env_id)
+    for item in args.task_arg:
+        task, colon, pair = item.partition(":")
+        if not task or not colon or "=" not in pair:
+            raise SystemExit(f"mappa eval: --task-arg takes TASK:KEY=VALUE, not {item!r}")
+        out.setdefault(task, {}).update(env_args([pair], "--task-arg"))
+    for task, kwargs in out.items():
+        if kwargs:
+            print(f"{task} arguments: {kwargs}")
+    return out
 
 
 def _roles(cfg) -> list[str]:

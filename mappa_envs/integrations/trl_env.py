@@ -197,13 +197,14 @@ def seat_environment(
 
 def completion_text(completion: Any) -> str:
     """The reply in a completion: a string, or (conversational) the content of its last assistant message, a
-    string or a list of ``{"type": "text", "text": ...}`` parts."""
+    string or a list of ``{"type": "text", "text": ...}`` parts; a message without text is an empty reply, which
+    the env records as a malformed action."""
     if isinstance(completion, str):
         return completion
     content = completion[-1].get("content") if completion else ""
     if isinstance(content, list):
         return "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
-    return content if isinstance(content, str) else str(content)
+    return content if isinstance(content, str) else ""  # no text (None, a tool call only): an empty reply
 
 
 def seat_reward(completions: Sequence[Any], environments: Sequence[SeatEnvironment], **kwargs: Any) -> list[float]:
