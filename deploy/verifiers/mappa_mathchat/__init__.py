@@ -1,24 +1,5 @@
 """mappa/MathChat-v0 as a verifiers v1 environment (id ``mappa-mathchat``): see
 :mod:`mappa_envs.integrations.verifiers_env` and docs/integrations.md."""
 
-from mappa_envs.integrations.verifiers_env import (
-    MappaChatHarness,
-    MappaChatHarnessConfig,
-    MathChatData,
-    MathChatEnv,
-    MathChatEnvConfig,
-    MathChatTask,
-    MathChatTaskset,
-    MathChatTasksetConfig,
-)
-
-__all__ = [
-    "MappaChatHarness",
-    "MappaChatHarnessConfig",
-    "MathChatData",
-    "MathChatEnv",
-    "MathChatEnvConfig",
-    "MathChatTask",
-    "MathChatTaskset",
-    "MathChatTasksetConfig",
-]
+from mappa_envs.integrations.verifiers_env import *  # noqa: F403 (verifiers' loader reads the names in __all__)
+from mappa_envs.integrations.verifiers_env import __all__  # noqa: F401
