@@ -45,7 +45,8 @@ def gpu_share(actors: int, gpus: float) -> float:
     """The share of a GPU each of ``actors`` asks for on ``gpus`` GPUs: 1 when there are enough GPUs, else
     ``1/k`` (``k = ceil(actors / gpus)`` to a GPU) rounded down to :data:`GRANULARITY`."""
     k = math.ceil(actors / gpus) if gpus >= 1 else actors
-    return 1.0 if k <= 1 else math.floor(1 / k / GRANULARITY) * GRANULARITY
+    units = round(1 / GRANULARITY)
+    return 1.0 if k <= 1 else (units // k) / units
 
 
 def actor_groups(roles: list[str], weights: dict[str, WeightSpec]) -> tuple[dict[str, str], dict[str, int]]:
