@@ -331,7 +331,10 @@ def plan_report(cfg: TrainConfig, hw: Hardware) -> str:
     if shape is None:
         return f"not planned: the shape of {cfg.model!r} is unknown (no config.json)"
     roles, how = task_roles(cfg)
-    plan = gpu_plan(cfg, roles, hw, shape)
+    try:
+        plan = gpu_plan(cfg, roles, hw, shape)
+    except ValueError as err:  # role weights the checks above refuse
+        return f"not planned: {err}"
     if how:
         plan.notes.append(how)
     lines = [format_plan(plan)]

@@ -173,3 +173,9 @@ def test_dry_run_on_a_gpu_machine_plans_on_its_gpus(dry_run):
 def test_dry_run_of_a_cpu_preset_on_a_cpu_machine_prints_no_gpu_plan(dry_run):
     _, out = dry_run("--preset", "smoke")
     assert "GPU plan" not in out
+
+
+def test_dry_run_with_role_weights_the_checks_refuse_says_the_plan_is_not_made(dry_run):
+    rc, out = dry_run("--preset", "paper-mathchat-4b", "--role-weights", "critic=frozen")
+    assert rc == 1 and "Traceback" not in out
+    assert "GPU plan on the preset's declared hardware:\nnot planned: role_weights: " in out
