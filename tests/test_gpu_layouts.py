@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,10 +72,11 @@ def cluster(request):
 
     store = 80 * 1024**2
     (gpus, res), *others = LAYOUTS[request.param]
-    c = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 16, "num_gpus": gpus, "resources": res, "object_store_memory": store},
-    )
+    head = {"num_cpus": 16, "num_gpus": gpus, "resources": res, "object_store_memory": store}
+    # its own temp dir (not the /tmp/ray of other Ray users on this machine), no dashboard
+    temp = tempfile.mkdtemp(prefix="rgl-", dir="/tmp")
+    head.update(temp_dir=temp, include_dashboard=False)
+    c = Cluster(initialize_head=True, head_node_args=head)
     for gpus, res in others:
         c.add_node(num_cpus=16, num_gpus=gpus, resources=res, object_store_memory=store)
     c.wait_for_nodes()
@@ -84,6 +87,7 @@ def cluster(request):
     finally:
         ray.shutdown()
         c.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 class _Recording:
