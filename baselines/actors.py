@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .cluster import actor_resources, check_cluster, ranks_node, write_placement
+from .cluster import _live_nodes, actor_resources, check_cluster, ranks_node, write_placement
 from .config import TrainConfig
 from .distributed import RoleWorker
 from .engines import VLLMEngine
-from .lora import DEFAULT_RANK
+from .gpu_plan import actor_groups, layout, plan_nodes
 from .lora_worker import LoraWorker, RoleHandle
 from .rendezvous import start_ranks
 from .role_weights import WeightSpec, owners
@@ -40,20 +40,6 @@ class Actors:
     rendezvous_retries: int = 0
 
 
-def actor_groups(roles: list[str], weights: dict[str, WeightSpec]) -> tuple[dict[str, str], dict[str, int]]:
-    """Each role's group (the name of the engine and ranks it uses) and the LoRA roles' ranks.
-
-    >>> from baselines.role_weights import parse_spec
-    >>> specs = {r: parse_spec(s) for r, s in [("a", "lora"), ("b", "shared:a"), ("c", "lora:16"), ("d", "frozen")]}
-    >>> actor_groups(list(specs), specs)
-    ({'a': 'a', 'b': 'a', 'c': 'a', 'd': 'd'}, {'a': 8, 'c': 16})
-    """
-    owner = owners(weights)
-    lora = {r: s.rank or DEFAULT_RANK for r, s in weights.items() if s.kind == "lora"}
-    first = next(iter(lora), None)
-    return {r: first if owner[r] in lora else owner[r] for r in roles}, lora
-
-
 def start_actors(
     ray: Any,
     cfg: TrainConfig,
@@ -65,28 +51,31 @@ def start_actors(
     out: Path,
 ) -> Actors:
     """Every engine and rank the map asks for, each on its role's model (``paths``: role -> model folder), ready
-    when this returns (on GPU every actor takes an equal share of
-    the GPUs; engines start one at a time there: vLLM profiles free memory at start-up)."""
+    when this returns. On GPU every actor asks for the same share of a GPU and is pinned to the node
+    :func:`~baselines.gpu_plan.plan_nodes` packed it on (a layout that cannot be packed is refused before any actor
+    starts); engines start one at a time there: vLLM profiles free memory at start-up."""
     group, lora = actor_groups(roles, weights)
     owner = owners(weights)
-    engine_groups = list(dict.fromkeys(group[r] for r in roles))
-    trained = list(dict.fromkeys(group[r] for r in roles if weights[owner[r]].kind in ("full", "lora")))
-    if device == "cuda":
-        gpus = ray.cluster_resources().get("GPU", 0)
-        if gpus < 1:
-            raise RuntimeError("device='cuda' but the Ray cluster has no GPU")
-        opts = {"num_cpus": 1, "num_gpus": min(1.0, gpus / (len(engine_groups) + cfg.world_size * len(trained)))}
-    else:
-        opts = {"num_cpus": 0}  # on CPU everything shares the cores
-    per_actor = {"CPU": opts["num_cpus"], "GPU": opts.get("num_gpus", 0)}
-    wanted = [*(("engine", g, 1) for g in engine_groups), *(("trainer", g, cfg.world_size) for g in trained)]
-    check_cluster(ray, cfg.placement, wanted, per_actor)
+    lay = layout(cfg, roles, weights, device, ray.cluster_resources().get("GPU", 0))
+    engine_groups, trained, opts, per_actor = lay.engine_groups, lay.trained, lay.opts, lay.per_actor
+    check_cluster(ray, cfg.placement, lay.wanted, per_actor)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    pinned = plan_nodes(_live_nodes(ray), cfg.placement, lay.wanted, per_actor) if device == "cuda" else {}
+
+    def on(kind: str, g: str) -> dict[str, Any]:
+        node = pinned.get((kind, g))
+        if node is None and kind == "trainer":  # on CPU: a role's ranks on one node, found by its resources
+            node = ranks_node(ray, cfg.placement, g, cfg.world_size, per_actor)
+        o = dict(opts, resources=actor_resources(cfg.placement, kind, g))
+        if node:
+            o["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+        return o
 
     Engine = ray.remote(VLLMEngine)
     by_group: dict[str, Any] = {}
     for g in engine_groups:
-        by_group[g] = Engine.options(**opts, resources=actor_resources(cfg.placement, "engine", g)).remote(
+        by_group[g] = Engine.options(**on("engine", g)).remote(
             paths[g],
             dtype=engine_dtype,
             device=device,
@@ -101,9 +90,7 @@ def start_actors(
             ray.get(by_group[g].ready.remote())
 
     def spawn(g: str, port: int) -> list[Any]:
-        o = dict(opts, resources=actor_resources(cfg.placement, "trainer", g))
-        if node := ranks_node(ray, cfg.placement, g, cfg.world_size, per_actor):  # one node for the ranks
-            o["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+        o = on("trainer", g)
         W = cfg.world_size
         if g in lora:
             return [ray.remote(LoraWorker).options(**o).remote(lora, r, W, port, paths[g], cfg) for r in range(W)]

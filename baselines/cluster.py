@@ -40,12 +40,9 @@ _ACTOR_ENV = {
 }
 
 
-def ray_init(cfg: TrainConfig) -> None:
-    """Start (or join) Ray with the actors' environment: thread counts, vLLM's CPU KV cache, DeepSpeed's
-    accelerator, and where ``mappa train`` sends the actors' output (``MAPPA_ACTOR_LOG_DIR``). A local cluster of
-    our own gets a capped object store and the machine's CPUs."""
-    import ray
-
+def actor_env(cfg: TrainConfig) -> dict[str, str]:
+    """The actors' environment: thread counts, vLLM's CPU KV cache (on CPU only), DeepSpeed's accelerator
+    (``cuda`` or ``cpu``), and where ``mappa train`` sends the actors' output (``MAPPA_ACTOR_LOG_DIR``)."""
     device = cfg.resolved_device()
     env = dict(_ACTOR_ENV, DS_ACCELERATOR="cuda" if device == "cuda" else "cpu")
     if device == "cpu":
@@ -57,6 +54,16 @@ def ray_init(cfg: TrainConfig) -> None:
     log_dir = os.environ.get("MAPPA_ACTOR_LOG_DIR")
     if log_dir:
         env["MAPPA_ACTOR_LOG_DIR"] = log_dir
+    return env
+
+
+def ray_init(cfg: TrainConfig) -> None:
+    """Start (or join) Ray with the actors' environment (:func:`actor_env`). A local cluster of our own gets a
+    capped object store and the machine's CPUs."""
+    import ray
+
+    env = actor_env(cfg)
+    log_dir = env.get("MAPPA_ACTOR_LOG_DIR")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if not ray.is_initialized():
         init: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": not log_dir}
@@ -120,14 +127,24 @@ def demand(
     return {k: v for k, v in total.items() if v > 0}
 
 
-def cluster_problems(needed: Mapping[str, float], available: Mapping[str, Any]) -> list[str]:
-    """Each resource the actors need beyond what the cluster has (``ray.cluster_resources()``)."""
+def cluster_problems(
+    needed: Mapping[str, float], available: Mapping[str, Any], who: Mapping[str, Sequence[str]] | None = None
+) -> list[str]:
+    """Each resource the actors need beyond what the cluster has (``ray.cluster_resources()``), with the actors
+    that ask for it (``who``: resource -> actor names).
+
+    >>> for line in cluster_problems({"GPU": 2.0, "gen": 0.001}, {"GPU": 1.0}, {"gen": ["engine:a"]}):
+    ...     print(line)
+    GPU: the actors need 2, the cluster has 1
+    gen: the actors need 0.001, no node offers it (asked for by engine:a)
+    """
     problems = []
     for name, amount in sorted(needed.items()):
         have = float(available.get(name, 0.0))
         if have + 1e-9 < amount:
             what = "no node offers it" if have == 0 else f"the cluster has {have:g}"
-            problems.append(f"{name}: the actors need {amount:g}, {what}")
+            by = f" (asked for by {', '.join(who[name])})" if who and who.get(name) else ""
+            problems.append(f"{name}: the actors need {amount:g}, {what}{by}")
     return problems
 
 
@@ -149,7 +166,11 @@ def check_cluster(ray: Any, placement: Mapping[str, str], actors: Sequence[tuple
     for each placed kind of actor a node that offers its resource together with what one such actor (a role's
     ranks: all of them, on one node) asks for."""
     nodes = _live_nodes(ray)
-    problems = cluster_problems(demand(placement, actors, per_actor), ray.cluster_resources())
+    who: dict[str, list[str]] = {}
+    for kind, role, _ in actors:
+        for name in actor_resources(placement, kind, role):
+            who.setdefault(name, []).append(f"{kind}:{role}")
+    problems = cluster_problems(demand(placement, actors, per_actor), ray.cluster_resources(), who)
     for kind, role, n in actors:
         needs = {k: v * n for k, v in {**per_actor, **actor_resources(placement, kind, role)}.items()}
         if fitting_node(nodes, needs) is None and not problems:
@@ -203,6 +224,7 @@ def write_placement(ray: Any, path, engines: Mapping[str, Any], workers: Mapping
 __all__ = [
     "SLIVER",
     "PlacementError",
+    "actor_env",
     "actor_nodes",
     "actor_resources",
     "check_cluster",

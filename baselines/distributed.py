@@ -94,6 +94,16 @@ def deepspeed_config(cfg: TrainConfig, world_size: int, *, train: bool) -> dict[
     return conf
 
 
+def rank_device(device: str) -> tuple[str, str]:
+    """A rank's collective backend and torch device for the run's ``device``: NCCL on ``cuda:0`` on GPU (Ray sets
+    each actor's ``CUDA_VISIBLE_DEVICES`` to its own GPU, so it is always the first it sees), gloo on the CPU.
+
+    >>> rank_device("cuda"), rank_device("cpu")
+    (('nccl', 'cuda:0'), ('gloo', 'cpu'))
+    """
+    return ("nccl", "cuda:0") if device == "cuda" else ("gloo", "cpu")
+
+
 def _logp_gap(lps: list[Any], behaviour: list[Any]) -> tuple[float, int]:
     """The summed absolute gap between this pass's log-probs and the engine's (where given), and its token count."""
     gap, n = 0.0, 0
@@ -127,8 +137,9 @@ class RoleWorker:
         import deepspeed
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo", verbose=False)
-        self.device = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+        backend, torch_device = rank_device(device)
+        deepspeed.init_distributed(dist_backend=backend, verbose=False)
+        self.device = torch.device(torch_device)
         dtype = getattr(torch, cfg.resolved_dtype())
         torch.manual_seed(cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TrainConfig
-from .distributed import RoleWorker, _release_freed_memory, adamw
+from .distributed import RoleWorker, _release_freed_memory, adamw, rank_device
 from .engines import pack_weights
 
 
@@ -116,12 +116,11 @@ class LoraWorker(RoleWorker):
         from .lora import SharedBase
 
         self.role, self.rank, self.world_size, self.cfg = "lora", rank, world_size, cfg
-        device = cfg.resolved_device()
-        self.device = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+        backend, torch_device = rank_device(cfg.resolved_device())
+        self.device = torch.device(torch_device)
         if world_size > 1:
             import torch.distributed as dist
 
-            backend = "nccl" if device == "cuda" else "gloo"
             dist.init_process_group(
                 backend, init_method=f"tcp://127.0.0.1:{master_port}", rank=rank, world_size=world_size
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .config import TrainConfig
+from .gpu_plan import Hardware
 
 PRESETS: dict[str, TrainConfig] = {
     # Two iterations of the distributed trainer on a tiny random model, a handful of short episodes: proves the
@@ -224,6 +225,19 @@ PRESETS.update(
         ),
     }
 )
+
+
+# The hardware a paper preset is planned for (`mappa train --preset P --dry-run` prints the GPU plan on it,
+# :func:`baselines.gpu_plan.gpu_plan`). The reference's scripts ask for 2 GPUs per model (actor/ref_num_gpus_per_node=2,
+# vllm_num_engines=2, colocate_all_models=True) and name no GPU type: one 8-GPU node of 80 GiB GPUs is an assumption.
+PAPER_NODE = Hardware(
+    nodes=1,
+    gpus_per_node=8,
+    gpu_gib=80,
+    source="assumed: one node of 8 x 80 GiB GPUs (A100/H100 80GB); the reference's scripts give 2 GPUs per model, "
+    "colocated, and no GPU type",
+)
+HARDWARE: dict[str, Hardware] = {name: PAPER_NODE for name in PRESETS if name.startswith("paper-")}
 
 
 def preset(name: str, **overrides) -> TrainConfig:

@@ -184,6 +184,8 @@ def _dry_run(cfg, preset_name: str) -> int:
     checks = check_config(cfg)
     print("\nchecks:")
     print(format_checks(checks))
+    if cfg.trainer == "ray":
+        _print_gpu_plan(cfg, preset_name)
     bad = failed(checks)
     if not bad:
         print("\ndry run: every check passed; this configuration can run here")
@@ -192,6 +194,26 @@ def _dry_run(cfg, preset_name: str) -> int:
     for c in bad:
         print(f"- {c.name}: {c.detail.splitlines()[0]}")
     return 1
+
+
+def _print_gpu_plan(cfg, preset_name: str) -> None:
+    """The GPU plan (:mod:`baselines.gpu_plan`): on this machine's GPUs, or, on a machine without one, on the
+    preset's declared hardware (:data:`baselines.presets.HARDWARE`); nothing for a CPU preset on a CPU machine."""
+    from baselines.gpu_plan import Hardware, plan_report
+    from baselines.memory import _gpu_memory
+    from baselines.presets import HARDWARE
+
+    gpus = _gpu_memory()
+    if gpus:
+        hw, where = Hardware(1, len(gpus), min(gpus), source="this machine, nvidia-smi"), "on this machine's GPUs"
+    elif preset_name in HARDWARE and cfg.device != "cpu":
+        hw, where = HARDWARE[preset_name], "on the preset's declared hardware"
+        print("\nthis machine has no GPU (no nvidia-smi): the checks above are for this machine's CPU; the run's")
+        print("GPU plan below is for the preset's declared hardware")
+    else:
+        return
+    print(f"\nGPU plan {where}:")
+    print(plan_report(cfg, hw))
 
 
 def _train(cfg, out: Path, log_dir: Path) -> int:
