@@ -2,8 +2,9 @@
 
 Each role's engine and each of its ``world_size`` ranks is an actor (:mod:`baselines.actors`). On GPU every actor
 asks Ray for the same share of a GPU (:func:`gpu_share`): with ``n`` actors on ``g`` GPUs, ``k = ceil(n / g)``
-actors share a GPU, each asking ``1/k`` rounded *down* to Ray's resource granularity (0.0001: ``1/6`` asked as
-0.1667 would put 1.0002 on a GPU shared by six, and the sixth would wait forever). A share below 1 is held on one
+actors share a GPU, each asking ``1/k`` rounded *down* to Ray's resource granularity (0.0001), so that ``k`` of them
+fit on one GPU whichever way Ray rounds the amount (Ray 2.60 fits six of an unrounded ``1/6``: measured by
+``tests/test_gpu_layouts.py``; rounded to the nearest unit, 0.1667 x 6 would be 1.0002). A share below 1 is held on one
 GPU (Ray never splits a fraction across GPUs), so the cluster's total is not the test of whether a layout fits:
 :func:`plan_nodes` packs the actors onto the nodes' GPUs one by one (a role's ranks together on one node: their
 rendezvous is on rank 0's loopback; the biggest groups first), and the trainer pins every actor to the node it was

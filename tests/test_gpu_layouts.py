@@ -216,18 +216,19 @@ def test_a_layout_that_cannot_be_packed_is_refused_before_any_actor_starts(clust
     assert rec.declared == []
 
 
-def test_ray_places_six_actors_on_one_gpu_at_the_share_rounded_down_not_at_one_sixth(cluster):
-    """Why :func:`gpu_share` rounds down: Ray holds amounts in units of 0.0001, so 1/6 is held as 0.1667 and six of
-    them (1.0002) do not fit on one GPU: the sixth actor waits forever (gpu_check.py's layout before issue 34)."""
+def test_the_share_puts_exactly_k_actors_on_one_gpu(cluster):
+    """:func:`gpu_share` for six actors on one GPU: all six are placed, and a seventh asking the same share waits
+    (the share is what caps how many actors share a GPU). Ray 2.60 also places six of an unrounded ``1/6``: the
+    rounding down is for Ray versions that round to the nearest unit (0.1667 x 6 > 1)."""
     layout_name, ray = cluster
     if layout_name != "1x1":
         pytest.skip("the one-GPU layout")
-    for share, fit in ((1 / 6, 5), (gpu_share(6, 1), 6)):
-        placed = [ray.remote(_Placed).options(num_cpus=1, num_gpus=share).remote() for _ in range(6)]
+    for share, n, fit in ((gpu_share(6, 1), 7, 6), (1 / 6, 6, 6)):
+        placed = [ray.remote(_Placed).options(num_cpus=1, num_gpus=share).remote() for _ in range(n)]
         try:
             ready, pending = ray.wait([a.ready.remote() for a in placed], num_returns=fit, timeout=180)
             assert len(ready) == fit, share
-            if pending:  # the sixth of 1/6 each: still not placed once the five are up
+            if pending:  # the seventh: still not placed once the six are up
                 assert not ray.wait(pending, timeout=10)[0]
         finally:
             for a in placed:
