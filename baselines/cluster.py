@@ -1,4 +1,5 @@
-"""The Ray cluster of the distributed trainer: starting or joining it (:func:`ray_init`) and where its actors run
+"""The Ray cluster of the distributed trainer: starting or joining it (:func:`ray_init`; joining a cluster started with
+``ray start``, token authentication included: :mod:`baselines.ray_connect`) and where its actors run
 (``TrainConfig.placement``, ``mappa train --place``).
 
 Each role has one vLLM engine and ``world_size`` DeepSpeed ranks. On one machine they all land on the only node; on
@@ -25,6 +26,7 @@ actor Ray cannot place.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -58,21 +60,42 @@ def actor_env(cfg: TrainConfig) -> dict[str, str]:
 
 
 def ray_init(cfg: TrainConfig) -> None:
-    """Start (or join) Ray with the actors' environment (:func:`actor_env`). A local cluster of our own gets a
-    capped object store and the machine's CPUs."""
+    """Join the Ray cluster named by ``RAY_ADDRESS`` (``--ray-address``; with Ray's token authentication, or a
+    :class:`~baselines.ray_connect.RayConnectError` that says what to set: :mod:`baselines.ray_connect`), or start a
+    local cluster of our own with a capped object store and the machine's CPUs. Either way the actors get
+    :func:`actor_env`.
+
+    Without an address the local cluster is started explicitly (``address="local"``): a bare ``ray.init()`` would
+    join whatever cluster ``ray start`` last recorded on this machine (and refuse our CPU count there); such a
+    cluster is named in one line, with how to join it."""
     import ray
+
+    from .ray_connect import join, recorded_cluster
 
     env = actor_env(cfg)
     log_dir = env.get("MAPPA_ACTOR_LOG_DIR")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if not ray.is_initialized():
-        init: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": not log_dir}
-        if "RAY_ADDRESS" not in os.environ:  # a local cluster of our own, capped
-            # the store carries each role's full weights to its engine at every sync: room for one 135M-parameter
-            # fp32 model (0.54 GB) plus slack; larger models spill to disk (slower syncs) unless given more
-            store = int(os.environ.get("MAPPA_RAY_OBJECT_STORE_BYTES", 1536 * 1024**2))
-            init.update(include_dashboard=False, object_store_memory=store, num_cpus=os.cpu_count())
-        ray.init(**init)
+    if ray.is_initialized():
+        return
+    init: dict[str, Any] = {"runtime_env": {"env_vars": env}, "log_to_driver": not log_dir}
+    joined = join()
+    if joined is not None:
+        print(joined.line, file=sys.stderr, flush=True)
+        init["address"] = joined.address
+    else:  # a local cluster of our own, capped
+        found = recorded_cluster()
+        if found:
+            print(
+                f"[ray] a cluster started with `ray start` runs on this machine ({found}); mappa starts a local "
+                "cluster of its own: --ray-address auto (or RAY_ADDRESS=auto) joins that one instead",
+                file=sys.stderr,
+                flush=True,
+            )
+        # the store carries each role's full weights to its engine at every sync: room for one 135M-parameter
+        # fp32 model (0.54 GB) plus slack; larger models spill to disk (slower syncs) unless given more
+        store = int(os.environ.get("MAPPA_RAY_OBJECT_STORE_BYTES", 1536 * 1024**2))
+        init.update(address="local", include_dashboard=False, object_store_memory=store, num_cpus=os.cpu_count())
+    ray.init(**init)
 
 
 SLIVER = 0.001

@@ -21,6 +21,7 @@ import argparse
 import sys
 
 from .commands import ablate, evaluate, report, rescore, run, serve, train
+from .commands.common import use_ray_address
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return sandboxes_main(argv[1:], prog="mappa sandbox")
     args = build_parser().parse_args(argv)
+    use_ray_address(getattr(args, "ray_address", None))  # before the command imports Ray or starts child processes
     return args.func(args)
 
 

@@ -28,6 +28,8 @@ import sys
 import time
 from typing import Any
 
+from benchmarks.commands.common import add_ray_address, use_ray_address
+
 SECTIONS = ("env", "sandbox", "coach", "generation", "trainer", "update", "lora", "rollout", "demo")
 
 
@@ -289,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.add_argument("--skip", nargs="*", default=[], choices=SECTIONS)
     p.add_argument("--json", default=None)
+    add_ray_address(p)
     args = p.parse_args(argv)
+    use_ray_address(args.ray_address)  # the rollout section's engines, and the demo section's `mappa train` runs
     n = 5 if args.quick else 20
     rows: list[dict[str, Any]] = []
     start = time.perf_counter()

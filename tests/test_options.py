@@ -72,7 +72,7 @@ def test_every_train_config_field_is_a_flag_with_help_and_its_type():
             assert tuple(a.choices) == typing.get_args(tp), f.name
         elif tp in (int, float, str):
             assert a.type is tp and a.choices is None, f.name
-    flags_of_fields = {a.dest for a in actions.values()} - {"preset", "dry_run", "verbose", "help"}
+    flags_of_fields = {a.dest for a in actions.values()} - {"preset", "dry_run", "verbose", "ray_address", "help"}
     assert flags_of_fields == {f.name for f in dataclasses.fields(TrainConfig)}  # and no flag without a field
 
 

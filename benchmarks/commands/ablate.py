@@ -21,6 +21,7 @@ from baselines.config import TrainConfig
 from baselines.store import REMOVED
 
 from . import train
+from .common import add_ray_address
 from .options import add_options, as_argv, given
 from .report import cmd_report_run
 from .train import train_config
@@ -45,6 +46,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--verbose", action="store_true", help="passed to every arm's `mappa train`")
+    add_ray_address(p)
     p.add_argument(
         "--keep-finished-checkpoints",
         action="store_true",
@@ -223,6 +225,8 @@ def cmd_ablate(args: argparse.Namespace) -> int:
         print("[ablation] refused before any run:\n" + "\n".join(refused), file=sys.stderr)
         if any("samples_per_prompt" in line for line in refused):
             print("[ablation] every arm runs the same budget: pass --samples-per-prompt 2", file=sys.stderr)
+        return 1
+    if not train.cluster_joinable("mappa ablate"):  # RAY_ADDRESS's cluster (--ray-address), before the first arm
         return 1
     _write_manifest(args, out, plan)
     started = False

@@ -28,3 +28,30 @@ def parse_value(value: str) -> Any:
 def env_args(items: list[str], what: str = "--env-arg") -> dict[str, Any]:
     """``KEY=VALUE`` items with JSON values."""
     return {k: parse_value(v) for k, v in key_values(items, what).items()}
+
+
+RAY_ADDRESS_HELP = (
+    "run the Ray work on this Ray cluster instead of a local one of mappa's own: HOST:PORT of a head started with "
+    "`ray start --head`, `auto` (the cluster `ray start` recorded on this machine), ray://HOST:PORT (Ray Client), "
+    "or `local` (a local cluster even where RAY_ADDRESS is set). The same as RAY_ADDRESS, which it sets for the "
+    "command and its child processes; a cluster with token authentication is joined with the token Ray finds "
+    "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token): docs/training.md"
+)
+
+
+def add_ray_address(parser: Any) -> None:
+    """``--ray-address`` (:data:`RAY_ADDRESS_HELP`), for the commands that start Ray work."""
+    parser.add_argument("--ray-address", default=None, metavar="ADDRESS", help=RAY_ADDRESS_HELP)
+
+
+def use_ray_address(value: str | None) -> None:
+    """Make ``--ray-address`` the command's ``RAY_ADDRESS`` (``local``: none), which its child processes inherit and
+    :func:`baselines.cluster.ray_init` reads; nothing when the option is not given."""
+    import os
+
+    if value is None:
+        return
+    if value.strip() in ("", "local"):
+        os.environ.pop("RAY_ADDRESS", None)
+    else:
+        os.environ["RAY_ADDRESS"] = value.strip()

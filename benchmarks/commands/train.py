@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .common import add_ray_address
 from .options import add_options, given
 
 
@@ -40,6 +41,7 @@ def add_parser(sub: Any, config: type | None = None) -> argparse.ArgumentParser:
         help="show the libraries' logs (Ray, vLLM, DeepSpeed, transformers) on the console too; by default they go "
         "only to <out>/logs/",
     )
+    add_ray_address(p)
     add_options(
         p.add_argument_group("training options (each sets one field; default: the preset's)"), config or TrainConfig
     )
@@ -227,6 +229,8 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
     except ValueError as e:
         print(f"mappa train: {e}", file=sys.stderr)
         return 1
+    if cfg.trainer == "ray" and not cluster_joinable("mappa train"):
+        return 1
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config_record(cfg), indent=2))  # before anything is stored
     try:
@@ -257,6 +261,20 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
         trainer.close()
     print(f"done in {time.monotonic() - t0:.0f}s; outputs in {cfg.out_dir} (library logs in {log_dir})")
     return 0
+
+
+def cluster_joinable(prog: str) -> bool:
+    """Whether the Ray cluster named by ``RAY_ADDRESS`` (``--ray-address``) accepts this process, asked before the
+    models load (a few seconds: :func:`baselines.ray_connect.join`); its paragraph on stderr when it does not. True
+    without an address (a local cluster of our own)."""
+    from baselines.ray_connect import RayConnectError, join
+
+    try:
+        join()
+    except RayConnectError as e:
+        print(f"{prog}: {e}", file=sys.stderr, flush=True)
+        return False
+    return True
 
 
 def _stored_evaluations(cfg, eval_path: Path, saved: dict | None) -> dict[str, Any]:
