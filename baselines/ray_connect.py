@@ -63,8 +63,11 @@ def target(given: str | None = None) -> Target:
     """The cluster named by ``given`` (``--ray-address``), else by ``RAY_ADDRESS``; ``local`` or nothing: our own."""
     if given is not None:
         address, source = given.strip(), "--ray-address"
-    else:
-        address, source = os.environ.get("RAY_ADDRESS", "").strip(), "RAY_ADDRESS"
+    else:  # the command's --ray-address sets RAY_ADDRESS, and says so in MAPPA_RAY_ADDRESS_FROM
+        address, source = (
+            os.environ.get("RAY_ADDRESS", "").strip(),
+            os.environ.get("MAPPA_RAY_ADDRESS_FROM", "RAY_ADDRESS"),
+        )
     if not address or address == LOCAL:
         return Target(None, source)
     return Target(address, source)

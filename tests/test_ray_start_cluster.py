@@ -2,8 +2,9 @@
 loopback address: a head (``ray start --head``, which Ray 2.60 starts with token authentication wherever a token
 exists, as ``~/.ray/auth_token`` does here) and a second node joined with ``ray start --address``, each offering its
 own custom resource. The driver is pointed at it by ``RAY_ADDRESS`` alone (no auth variable set): the smoke preset
-trains with engines and ranks placed on both nodes (``--place``), and runs again as a Ray job (``ray job submit --
-mappa train``); a wrong token, or none, ends within 30 s with one paragraph that says what to set.
+(one iteration, the roles sharing one engine and one rank) trains with the engine on one node and the rank on the
+other (``--place``), and again as a Ray job (``ray job submit -- mappa train``) the other way round; a wrong token,
+or none, ends within 30 s with one paragraph that says what to set.
 
 The nodes share this machine with other Ray users: they live in a temp dir of their own, record the cluster there
 (not in ``/tmp/ray/ray_current_cluster``), and only their own processes are stopped (:class:`tests.support.
@@ -32,7 +33,24 @@ if missing:
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
 STORE = 300 * 1024**2
+
+
+def _job_server_problem() -> str | None:
+    """Why Ray's job server cannot run here (it is part of Ray's dashboard, which needs ``ray[default]``), or None."""
+    from ray._private.utils import get_dashboard_dependency_error
+
+    error = get_dashboard_dependency_error()
+    if error is None:
+        return None
+    return (
+        f"Ray's job server is part of its dashboard, which needs ray[default] ({error}); this project installs Ray "
+        "without it: pip install 'ray[default]==2.60.0' to run this test"
+    )
+
+
+JOB_SERVER_PROBLEM = _job_server_problem()
 TRAIN = ["train", "--preset", "smoke", "--iterations", "1", "--eval-episodes", "0", "--no-progress", "--no-resume"]
+TRAIN += ["--share-model"]  # one engine and one rank for the three roles: the cluster's paths at a third of the memory
 ROLES = ("problem_solver", "code_executor", "verifier")
 
 
@@ -45,10 +63,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def cluster():
-    """A head offering ``gen`` (and the job server) and a node offering ``learn``, one CPU each, token authentication
-    on with the token of ``~/.ray/auth_token`` (made by Ray's own ``ray get-auth-token --generate`` where it is
-    missing, as any local ``ray.init()`` makes it). The second node sets ``RAY_AUTH_MODE=token``: ``ray start
-    --address`` does not pick the token up by itself."""
+    """A head offering ``gen`` (and the job server, where it can run: :data:`JOB_SERVER_PROBLEM`) and a node offering
+    ``learn``, one CPU each, token authentication on with the token of ``~/.ray/auth_token`` (made by Ray's own ``ray
+    get-auth-token --generate`` where it is missing, as any local ``ray.init()`` makes it). The second node sets
+    ``RAY_AUTH_MODE=token``: ``ray start --address`` does not pick the token up by itself."""
     token = Path.home() / ".ray" / "auth_token"
     if not token.is_file():
         subprocess.run([RAY, "get-auth-token", "--generate"], env=_env(), capture_output=True, timeout=60, check=True)
@@ -56,7 +74,7 @@ def cluster():
     (root / "tmp").mkdir()
     nodes = RayStartNodes(root, _env(RAY_TMPDIR=str(root / "tmp")))
     try:
-        nodes.start_head(num_cpus=1, resources={"gen": 1}, dashboard=True, object_store_memory=STORE)
+        nodes.start_head(num_cpus=1, resources={"gen": 1}, dashboard=not JOB_SERVER_PROBLEM, object_store_memory=STORE)
         nodes.join(num_cpus=1, resources={"learn": 1}, env={"RAY_AUTH_MODE": "token"}, object_store_memory=STORE)
         yield nodes
     finally:
@@ -78,18 +96,16 @@ def _mappa(cluster, *args: str, timeout: float, **env: str) -> tuple[subprocess.
     return run, time.monotonic() - t
 
 
-def _check_run(out: Path, engines: str, ranks: str) -> None:
-    """One iteration trained, every role stepped, the models exported, and the engines / ranks (but the verifier's
-    rank, beside its engine) on the nodes offering ``engines`` / ``ranks``."""
+def _check_run(out: Path, engine: str, rank: str) -> None:
+    """One iteration trained and every role's model exported, the (shared) engine on the node offering ``engine``
+    and the rank on the one offering ``rank``: the weight sync crossed from one node to the other."""
     placed = json.loads((out / "placement.json").read_text())
     node_of = {res: nid for nid, r in placed["nodes"].items() for res in ("gen", "learn") if res in r}
     assert set(node_of) == {"gen", "learn"} and node_of["gen"] != node_of["learn"], placed["nodes"]
     actors = placed["actors"]
-    assert all(actors[f"engine:{r}"] == node_of[engines] for r in ROLES), actors
-    assert actors["trainer:problem_solver:0"] == actors["trainer:code_executor:0"] == node_of[ranks], actors
-    assert actors["trainer:verifier:0"] == node_of[engines], actors
+    assert actors == {"engine:problem_solver": node_of[engine], "trainer:problem_solver:0": node_of[rank]}, actors
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(metrics) == 1 and all(metrics[0][r]["skipped"] == 0 for r in ROLES)
+    assert len(metrics) == 1 and metrics[0]["problem_solver"]["skipped"] == 0, metrics
     assert all((out / "models" / r / "config.json").exists() for r in ROLES)
 
 
@@ -105,12 +121,12 @@ def test_the_head_asks_for_a_token(cluster):
 
 def test_ray_address_alone_trains_on_both_nodes(cluster, tmp_path):
     out = tmp_path / "run"
-    place = ["--place", "engines=gen", "--place", "trainers=learn", "--place", "trainer:verifier=gen"]
+    place = ["--place", "engines=gen", "--place", "trainers=learn"]
     run, _ = _mappa(cluster, *TRAIN, "--out", str(out), *place, timeout=900, RAY_ADDRESS=cluster.address)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     joined = f"[ray] joining the Ray cluster at {cluster.address} (RAY_ADDRESS={cluster.address}; token authentication"
     assert joined in run.stderr, run.stderr[-3000:]
-    _check_run(out, engines="gen", ranks="learn")
+    _check_run(out, engine="gen", rank="learn")
 
 
 @pytest.mark.parametrize("case", ["wrong token", "no token"])
@@ -138,11 +154,12 @@ def test_a_driver_without_the_token_stops_within_30_s_saying_what_to_set(cluster
     assert not (tmp_path / "run" / "config.json").exists()  # stopped before the run folder was written
 
 
+@pytest.mark.skipif(bool(JOB_SERVER_PROBLEM), reason=str(JOB_SERVER_PROBLEM))
 def test_ray_job_submit_trains_on_the_cluster(cluster, tmp_path):
-    """``ray job submit -- mappa train``: the driver runs on the head as a Ray job (RAY_ADDRESS set by Ray), engines
-    and ranks the other way round. Ray's job CLI needs ``RAY_AUTH_MODE=token`` to send the token itself."""
+    """``ray job submit -- mappa train``: the driver runs on the head as a Ray job (RAY_ADDRESS set by Ray), the
+    engine and the rank the other way round. Ray's job CLI needs ``RAY_AUTH_MODE=token`` to send the token itself."""
     out = tmp_path / "job"
-    place = ["--place", "engines=learn", "--place", "trainers=gen", "--place", "trainer:verifier=learn"]
+    place = ["--place", "engines=learn", "--place", "trainers=gen"]
     entry = [sys.executable, "-m", "benchmarks.cli", *TRAIN, "--out", str(out), *place]
     submit = [RAY, "job", "submit", "--address", cluster.dashboard, "--runtime-env-json"]
     submit += [json.dumps({"env_vars": {"PYTHONPATH": str(ROOT)}}), "--", *entry]
@@ -150,4 +167,4 @@ def test_ray_job_submit_trains_on_the_cluster(cluster, tmp_path):
     run = subprocess.run(submit, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0 and "succeeded" in run.stdout, run.stdout[-4000:] + run.stderr[-4000:]
     assert "[ray] joining the Ray cluster at" in run.stdout  # the job's output, streamed back
-    _check_run(out, engines="learn", ranks="gen")
+    _check_run(out, engine="learn", rank="gen")

@@ -53,5 +53,7 @@ def use_ray_address(value: str | None) -> None:
         return
     if value.strip() in ("", "local"):
         os.environ.pop("RAY_ADDRESS", None)
-    else:
+        os.environ.pop("MAPPA_RAY_ADDRESS_FROM", None)
+    else:  # and where it came from, for the messages (baselines.ray_connect.target)
         os.environ["RAY_ADDRESS"] = value.strip()
+        os.environ["MAPPA_RAY_ADDRESS_FROM"] = "--ray-address"
