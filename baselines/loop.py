@@ -80,7 +80,7 @@ from .store import TrajectoryStore, check_resumable
 def role_metrics(stats: RoleStats, samples: list[Sample]) -> dict[str, float]:
     """Behaviour of one role over an iteration's episodes (the paper's statistics): its :func:`mappa_envs.metrics.
     role_stats` entry, as evaluations count them, and its samples' scores."""
-    scores = [float(s.coach["score"]) for s in samples if s.coach] or [s.reward * 10 for s in samples]
+    scores = [float(s.coach.score) for s in samples if s.coach] or [s.reward * 10 for s in samples]
     return {
         "mean_coach_score": float(np.mean(scores)) if scores else 0.0,
         # 0 with several samples: every advantage of the role is 0 (REINFORCE++'s normalisation), it does not learn

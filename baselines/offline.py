@@ -4,8 +4,8 @@ Two coaches compared by two training runs differ in their rollouts as well as in
 ``--rollouts-from`` each iteration takes RUN's stored episodes of the same iteration instead of rolling out, asks
 this run's coach to score every action again (:func:`mappa_envs.coach.rescore`: cached and resumable under
 ``rescored/iter-N/``), gives each action the new score as its reward (score / 10, as the reward wrapper does) and
-keeps the original evaluation beside it (``info["coach_original"]``). The episodes are stored in this run's own
-``rollouts/`` too, so its reports read them as any run's.
+keeps the original evaluation beside it (``info["coach_original"]``, read by ``act.evaluation("coach_original")``).
+The episodes are stored in this run's own ``rollouts/`` too, so its reports read them as any run's.
 
 Off-policy: RUN's first iteration was sampled by the base weights this run also starts from; later iterations by
 RUN's own updated weights. The distributed trainer takes the stored log-probs of the engine that sampled each
@@ -68,9 +68,9 @@ def stored_rollout(cfg: TrainConfig, iteration: int, store: TrajectoryStore, out
         by_id = {r.episode_id: r for r in read_jsonl(rescored / "trajectories.jsonl")}
         for rec in stored.values():
             for act, new in zip(rec.actions, by_id[rec.episode_id].actions, strict=True):
-                act.info["coach_original"] = act.info.get("coach")
-                act.info["coach"] = new.info["rescored"]
-                act.reward = float(new.info["rescored"]["score"]) / 10.0  # as the reward wrapper gives it
+                act.info["coach_original"] = act.coach
+                act.coach = new.evaluation("rescored")
+                act.reward = new.evaluation("rescored").reward  # as the reward wrapper gives it
     mine = store.load(iteration)
     for index in sorted(stored):
         if index not in mine:  # a resumed run stored part of this iteration already

@@ -6,7 +6,7 @@ episodes are collected and the slot starts the next episode until ``n_episodes``
 
 When a policy returns :class:`mappa_envs.core.Generation` replies, the token ids it sampled, its finish
 reason and (when the engine gives them) the sampled tokens' log-probabilities are kept in the action's
-``info["generation"]`` (what training trains on).
+``generation`` (what training trains on).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mappa_envs.core import EpisodeRecord
+from mappa_envs.core import EpisodeRecord, GenerationInfo
 from mappa_envs.core.policy import SubmitsBatches, policy_for
 
 from .policies import Generation, Policy
@@ -118,16 +118,13 @@ class _Rollout:
 
     def _step(self, slot: int, reply: Any) -> None:
         """Step the env of ``slot`` with ``reply``; a :class:`Generation`'s tokens (and log-probs) go with the
-        action it made, in ``info["generation"]``."""
+        action it made, in its ``generation``."""
         env = self.envs[slot]
         actions = env.unwrapped.record.actions
         before = len(actions)
         env.step(reply)
         if isinstance(reply, Generation) and len(actions) > before:
-            gen = {"token_ids": list(reply.token_ids), "finish_reason": reply.finish_reason}
-            if reply.logprobs is not None:
-                gen["logprobs"] = list(reply.logprobs)
-            actions[-1].info["generation"] = gen
+            actions[-1].generation = GenerationInfo(list(reply.token_ids), reply.finish_reason, reply.logprobs)
         if env.terminations[env.agent_selection] or env.truncations[env.agent_selection]:
             self.finished.append(slot)
 

@@ -6,7 +6,7 @@ reference implementation stored an agent's second and later actions with the pre
 prompt; that is the bug this layout avoids.)
 
 A sample trains on what the policy *sampled*: the token ids the engine generated (stored by the rollout in the
-action's ``info["generation"]``), with no end-of-sequence token added where the engine did not sample one (a
+action's ``generation``), with no end-of-sequence token added where the engine did not sample one (a
 response cut at ``max_new_tokens``, ``truncated``). Only actions without stored ids (scripted policies, rollouts
 stored before ids were kept) are re-tokenised from their text, with EOS appended (``Sample.retokenized``, counted in
 the training metrics as ``retokenized_responses``).
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mappa_envs.core import EpisodeRecord, Message
+from mappa_envs.core import CoachEvaluation, EpisodeRecord, Message
 
 
 @dataclass
@@ -45,8 +45,8 @@ class Sample:
     """Token ids the policy sampled (EOS included when it stopped on one); None: re-tokenise ``response``."""
     truncated: bool = False
     """Generation did not stop on its own (cut at ``max_new_tokens``, or aborted): no EOS was sampled."""
-    coach: dict[str, Any] | None = None
-    """The coach's evaluation of the action (``CoachEvaluation.to_dict()``), when there was a coach."""
+    coach: CoachEvaluation | None = None
+    """The coach's evaluation of the action, when there was a coach."""
     response_logprobs: list[float] | None = None
     """Log-probability of each of ``response_ids`` under the policy that sampled it, at the sampling temperature,
     as the engine computed it (None: not given). The distributed trainer uses them instead of a policy forward
@@ -61,7 +61,7 @@ class Sample:
     @property
     def coach_fallback(self) -> bool:
         """The coach's score is a fallback (no score parsed, the call failed), not a judgement."""
-        return bool(self.coach and self.coach.get("fallback_used"))
+        return bool(self.coach and self.coach.fallback_used)
 
     @property
     def group_id(self) -> str:
@@ -76,7 +76,7 @@ def samples_from_episodes(records: Iterable[EpisodeRecord]) -> dict[str, list[Sa
     for rec in records:
         outcome = rec.score  # the env's reward for the episode: outcome-only training's return
         for act in rec.actions:
-            gen = act.info.get("generation") or {}
+            gen = act.generation
             by_role[act.role].append(
                 Sample(
                     role=act.role,
@@ -89,23 +89,23 @@ def samples_from_episodes(records: Iterable[EpisodeRecord]) -> dict[str, list[Sa
                     response=act.output,
                     reward=float(act.reward),
                     outcome=outcome,
-                    response_ids=list(gen["token_ids"]) if "token_ids" in gen else None,
-                    truncated="finish_reason" in gen and gen["finish_reason"] != "stop",
-                    coach=act.info.get("coach"),
-                    response_logprobs=list(gen["logprobs"]) if "logprobs" in gen and "token_ids" in gen else None,
+                    response_ids=list(gen.token_ids) if gen is not None else None,
+                    truncated=gen is not None and gen.truncated,
+                    coach=act.coach,
+                    response_logprobs=list(gen.logprobs) if gen is not None and gen.logprobs is not None else None,
                 )
             )
     return dict(by_role)
 
 
-def _requests(ev: dict[str, Any]) -> int:
+def _requests(ev: CoachEvaluation) -> int:
     """Requests an evaluation sent to a coach model: 1 + retries + a re-prompt; none from the cache or from a
     rule-based coach; an ensemble's, its members'."""
-    if ev.get("members"):
-        return sum(_requests(m) for m in ev["members"])
-    if ev.get("cached") or ev.get("parse") == "rule":
+    if ev.members:
+        return sum(_requests(m) for m in ev.members)
+    if ev.cached or ev.parse == "rule":
         return 0
-    return 1 + int(ev.get("retries", 0)) + bool(ev.get("reprompted"))
+    return 1 + ev.retries + ev.reprompted
 
 
 def coach_counts(samples: Sequence[Sample]) -> dict[str, int]:
@@ -116,11 +116,11 @@ def coach_counts(samples: Sequence[Sample]) -> dict[str, int]:
     return {
         "coach_evaluations": len(evs),
         "coach_calls": sum(_requests(e) for e in evs),
-        "coach_retries": sum(int(e.get("retries", 0)) for e in evs),
-        "coach_reprompts": sum(bool(e.get("reprompted")) for e in evs),
-        "coach_lenient": sum(e.get("parse") == "lenient" for e in evs),
-        "coach_ambiguous": sum(bool(e.get("ambiguous")) for e in evs),
-        "coach_fallbacks": sum(bool(e.get("fallback_used")) for e in evs),
+        "coach_retries": sum(e.retries for e in evs),
+        "coach_reprompts": sum(e.reprompted for e in evs),
+        "coach_lenient": sum(e.parse == "lenient" for e in evs),
+        "coach_ambiguous": sum(e.ambiguous for e in evs),
+        "coach_fallbacks": sum(e.fallback_used for e in evs),
     }
 
 

@@ -54,7 +54,7 @@ def overlap(latency: float, episodes: int) -> tuple[float, float]:
         overlapped, records = rollout(coach_for(server, timeout_s=latency + 10), episodes, False, episodes)
     finally:
         server.close()
-    assert all("coach" in a.info for r in records for a in r.actions)
+    assert all(a.coach is not None for r in records for a in r.actions)
     return blocking, overlapped
 
 
@@ -66,12 +66,12 @@ def flaky(episodes: int, failure_rate: float = 0.3, timeout_s: float = 0.5) -> d
     finally:
         server.close()
     actions = [a for r in records for a in r.actions]
-    evs = [a.info.get("coach") for a in actions]
+    evs = [a.coach for a in actions]
     return {
         "episodes": len(records),
         "actions": len(actions),
-        "scored": sum(1 for e in evs if e and not e["fallback_used"]),
-        "flagged fallback": sum(1 for e in evs if e and e["fallback_used"]),
+        "scored": sum(1 for e in evs if e and not e.fallback_used),
+        "flagged fallback": sum(1 for e in evs if e and e.fallback_used),
         "missing": sum(1 for e in evs if e is None),
         **{f"server {k}": v for k, v in sorted(server.outcomes.items())},
         **{f"coach {k}": v for k, v in coach.stats.counts.items()},

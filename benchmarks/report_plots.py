@@ -68,9 +68,8 @@ def _scores_by_role(records: Sequence[EpisodeRecord]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = defaultdict(list)
     for r in records:
         for a in r.actions:
-            ev = a.info.get("coach")
-            if ev is not None:
-                out[a.role].append(float(ev["score"]))
+            if a.coach is not None:
+                out[a.role].append(float(a.coach.score))
     return out
 
 

@@ -80,11 +80,11 @@ def test_credit_assignment_crashing_code_blamed_on_the_code_executor():
             "The code failed with a NameError, so I cannot verify it by execution. By hand, 6 * 7 = 42. \\boxed{42}",
         ],
     )
-    scores = {(a.agent, a.turn): a.info["coach"]["score"] for a in env.unwrapped.record.actions}
+    scores = {(a.agent, a.turn): a.coach.score for a in env.unwrapped.record.actions}
     executor = max(scores[("code_executor_0", 1)], scores[("code_executor_0", 2)])
     assert executor < scores[("verifier_0", 1)]
     assert executor < scores[("problem_solver_0", 1)]
-    assert env.unwrapped.record.actions[-1].info["coach"]["answer_correct"] is True
+    assert env.unwrapped.record.actions[-1].coach.answer_correct is True
 
 
 def test_coach_input_carries_context_and_ground_truth_only_for_the_final_agent():
@@ -241,7 +241,7 @@ def test_async_wrapper_attaches_every_score_by_the_end():
     env.reset(seed=0)
     final = play(env, ["\\boxed{42}", "```python\nprint(42)\n```", "ok", "\\boxed{42}"])
     rec = env.unwrapped.record
-    assert all("coach" in a.info for a in rec.actions)
+    assert all(a.coach is not None for a in rec.actions)
     # each agent's terminal reward is the sum of its process rewards not yet seen
     assert final["verifier_0"] == pytest.approx(rec.actions[-1].reward)
     assert final["code_executor_0"] == pytest.approx(rec.actions[1].reward + rec.actions[2].reward)
@@ -260,11 +260,11 @@ def test_outcome_and_mixed_wrappers():
     play(env, ["\\boxed{42}", "no code", "\\boxed{41}"])
     rec = env.unwrapped.record
     for a in rec.actions:  # the outcome is 0 (wrong answer): only the process part remains
-        assert a.reward == pytest.approx(0.25 * a.info["coach"]["score"] / 10)
+        assert a.reward == pytest.approx(0.25 * a.coach.score / 10)
     env.reset(seed=0)
     play(env, ["\\boxed{42}", "no code", "\\boxed{42}"])
     last = env.unwrapped.record.actions[-1]
-    assert last.reward == pytest.approx(0.25 * last.info["coach"]["score"] / 10 + 0.75)
+    assert last.reward == pytest.approx(0.25 * last.coach.score / 10 + 0.75)
 
 
 def _rewards_a_loop_sees(env, actions):
@@ -348,12 +348,12 @@ def test_rule_coach_rewards_answers_consistent_with_the_code_output():
         env = CoachRewardWrapper(make(), RuleBasedCoach(), blocking=True)
         env.reset(seed=0)
         play(env, ["I think 40. \\boxed{40}", "```python\nprint(6 * 7)\n```", "It printed 42.", final])
-        return env.unwrapped.record.actions[-1].info["coach"]["score"], env.unwrapped.record.actions[0]
+        return env.unwrapped.record.actions[-1].coach.score, env.unwrapped.record.actions[0]
 
     agree, solver = verifier_score("The code printed 42. \\boxed{42}")
     disagree, _ = verifier_score("I trust the solver. \\boxed{41}")
     assert agree > disagree
-    assert "agrees" not in solver.info["coach"]["reasoning"]  # the solver acted before any code ran
+    assert "agrees" not in solver.coach.reasoning  # the solver acted before any code ran
 
 
 def test_the_rule_coach_takes_the_roles_rules_from_the_task_not_from_role_names():
@@ -410,8 +410,8 @@ def test_rescore_rebuilds_the_wrappers_inputs_and_resumes_without_asking_again(t
     assert (stats.episodes, stats.actions, stats.calls, stats.reused) == (3, total, total, 0)
     for rec in read_jsonl(tmp_path / "same" / "trajectories.jsonl"):
         for act in rec.actions:
-            assert act.info["rescored"]["score"] == act.info["coach"]["score"], (act.role, act.info)
-            assert act.info["rescored"]["reasoning"] == act.info["coach"]["reasoning"]
+            assert act.info["rescored"]["score"] == act.coach.score, (act.role, act.info)
+            assert act.info["rescored"]["reasoning"] == act.coach.reasoning
 
     killed = CountingCoach(fail_at=7)  # mid-way through the second episode (4 actions each)
     with pytest.raises(KeyboardInterrupt):
@@ -500,9 +500,9 @@ def test_the_hindsight_coach_blames_a_wrong_printout_that_misled_a_right_verifie
     code = next(a for a in scored.actions if a.role == "code_executor")
     verifier = scored.actions[-1]
     assert "printed 14, the wrong value the team answered" in code.info["rescored"]["reasoning"]
-    assert code.info["rescored"]["score"] < code.info["coach"]["score"]
+    assert code.info["rescored"]["score"] < code.coach.score
     assert "came from code_executor" in verifier.info["rescored"]["reasoning"]
-    assert verifier.info["rescored"]["score"] > verifier.info["coach"]["score"]
+    assert verifier.info["rescored"]["score"] > verifier.coach.score
     # the protocol extension for LLM hindsight coaches: one indexed score per action, each gap flagged
     scores, problems = parse_hindsight_scores("PROCESS_SCORE[0]: 7\nPROCESS_SCORE[2]: 12\nPROCESS_SCORE[5]: 1", 3)
     assert scores == [7.0, None, 10.0]
@@ -522,8 +522,8 @@ def test_the_hindsight_coach_blames_a_wrong_printout_that_misled_a_right_verifie
             rewards[agent] = rewards.get(agent, 0.0) + reward
             env.step(None if term or trunc else replies[env.unwrapped.role(agent).name])
         live = env.unwrapped.record
-        assert [a.info["coach"]["score"] for a in live.actions] == [a.info["rescored"]["score"] for a in scored.actions]
-        assert all(a.reward == pytest.approx(a.info["coach"]["score"] / 10) for a in live.actions)
+        assert [a.coach.score for a in live.actions] == [a.info["rescored"]["score"] for a in scored.actions]
+        assert all(a.reward == pytest.approx(a.coach.score / 10) for a in live.actions)
         by_agent = {}
         for a in live.actions:
             by_agent[a.agent] = by_agent.get(a.agent, 0.0) + a.reward

@@ -74,7 +74,7 @@ def test_openai_backend_scores_a_mathchat_episode_through_vllm_serve(vllm_url):
     env.reset(seed=0)
     for action in ["6 * 7 = \\boxed{42}", "```python\nprint(6 * 7)\n```", "It printed 42.", "Verified: \\boxed{42}"]:
         env.step(action)
-    evals = [a.info["coach"] for a in env.unwrapped.record.actions]
+    evals = [a.coach.to_dict() for a in env.unwrapped.record.actions]
     print(coach.stats.counts, [(e["score"], e["parse"]) for e in evals])
     assert len(evals) == 4
     for e in evals:
@@ -112,7 +112,7 @@ def test_rescore_through_vllm_serve_per_action_and_hindsight_and_resume(vllm_url
     assert again.calls == total - scored and stats.reused == scored and stats.episodes == 2
     for rec in read_jsonl(tmp_path / "llm" / "trajectories.jsonl"):
         for act in rec.actions:
-            new, old = act.info["rescored"], act.info["coach"]
+            new, old = act.info["rescored"], act.coach.to_dict()
             assert old["parse"] == "rule" and new["backend"].startswith("openai:smol@http://127.0.0.1")
             assert 0 <= new["score"] <= 10 and new["fallback_used"] == (new["parse"] == "fallback")
             assert new["raw_reply"].strip() or new["fallback_used"]

@@ -352,7 +352,7 @@ def test_coach_sees_workspace_files_and_their_authors():
     assert inp.outcome["valid"] is True
     text = Templates().build(inp)[1]["content"]
     assert "valid submission" in text and "X_train.pkl" in text and "written by data_engineer_0" in text
-    assert rec.outcome["valid"] and all(a.info["coach"]["score"] >= 5 for a in rec.actions)
+    assert rec.outcome["valid"] and all(a.coach.score >= 5 for a in rec.actions)
     env.close()
 
 
@@ -364,7 +364,7 @@ def test_missing_x_test_is_blamed_on_the_data_engineer():
     assert "X_test.pkl" in feedback and ("No such file" in feedback or "FileNotFoundError" in feedback)
     assert rec.outcome["valid"] is False and rec.outcome["quality"] == 0.0
     scores = {
-        agent: statistics.mean(a.info["coach"]["score"] for a in rec.actions if a.agent == agent)
+        agent: statistics.mean(a.coach.score for a in rec.actions if a.agent == agent)
         for agent in ("data_engineer_0", "modeler_0", "analyst_0")
     }
     assert min(scores, key=scores.get) == "data_engineer_0", scores

@@ -50,7 +50,7 @@ def test_rule_coach_scores_the_sql_tool_role_and_uses_task_guidance():
     _play(env, task.metadata["reference_sql"], task.answer)
     rec = env.unwrapped.record
     first = rec.actions[0]
-    assert "code ran without error" in first.info["coach"]["reasoning"]  # a tool role by its tools, not its name
+    assert "code ran without error" in first.coach.reasoning  # a tool role by its tools, not its name
     inp = inputs_for_episode(
         rec,
         first,
@@ -128,7 +128,7 @@ def test_third_party_package_registers_a_task_by_entry_point(tmp_path):
     _pip_install(pkg, site)
     code = (
         "import mappa_envs; env = mappa_envs.make('theirpkg/Echo-v0'); env.reset(seed=0); env.step('hello'); "
-        "print(env.possible_agents, env.record.outcome)"
+        "print(env.possible_agents, dict(env.record.outcome))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], env={"PYTHONPATH": str(site), "PATH": ""}, capture_output=True, text=True

@@ -266,8 +266,8 @@ def test_rollouts_from_trains_on_another_runs_episodes_rescored(tiny_model, tmp_
         for rec in new:
             for act, before in zip(rec.actions, by_id[rec.episode_id].actions, strict=True):
                 assert act.output == before.output
-                assert act.info["coach_original"] == before.info["coach"]  # the source's evaluation, kept
-                assert act.info["coach"]["parse"] == "rule" and act.reward == act.info["coach"]["score"] / 10
+                assert act.info["coach_original"] == before.coach.to_dict()  # the source's evaluation, kept
+                assert act.coach.parse == "rule" and act.reward == act.coach.score / 10
         assert (tmp_path / "new" / "rescored" / f"iter-{it:05d}" / "trajectories.jsonl").exists()
         m = metrics[it]
         assert m["rollouts_from"] == str(tmp_path / "src") and m["episodes"] == 4

@@ -95,9 +95,9 @@ def test_rollouts_keep_the_engines_sampled_ids_and_training_uses_them(trained):
     tok = trained["trainer"].tokenizer
     acts = [a for r in records for a in r.actions]
     for act in acts:
-        gen = act.info["generation"]
+        gen = act.generation.to_dict()
         assert len(gen["token_ids"]) == 32 and gen["finish_reason"] == "length"
-    decoded = [tok.decode(a.info["generation"]["token_ids"], skip_special_tokens=True) for a in acts]
+    decoded = [tok.decode(a.generation.token_ids, skip_special_tokens=True) for a in acts]
     assert sum(d.strip() == a.output.strip() for d, a in zip(decoded, acts, strict=True)) >= 0.8 * len(acts)
     samples = [s for ss in samples_from_episodes(records).values() for s in ss]
     assert all(s.truncated and not s.retokenized and len(s.response_ids) == 32 for s in samples)

@@ -36,7 +36,7 @@ def scores(solver: str, code: str, verifier: str, *, style: str = "small") -> di
         env.step(None if term or trunc else actions.pop(0))
     rec = env.unwrapped.record
     env.close()
-    return {f"{a.role}{a.turn}": a.info["coach"]["score"] for a in rec.actions}
+    return {f"{a.role}{a.turn}": a.coach.score for a in rec.actions}
 
 
 def test_the_examples_are_outside_the_pool_and_their_code_is_what_the_test_copies():

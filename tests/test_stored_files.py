@@ -21,7 +21,7 @@ def test_a_stored_run_loads_as_episode_records():
     assert [len(e.actions) for e in episodes] == [3, 4, 4, 4]
     assert [e.outcome["correct"] for e in episodes] == [False, False, False, True]
     two_turns = episodes[1].actions[1]
-    assert two_turns.agent == "code_executor_0" and two_turns.tool_calls and two_turns.info["coach"]["score"] == 9.0
+    assert two_turns.agent == "code_executor_0" and two_turns.tool_calls and two_turns.coach.score == 9.0
 
 
 def test_a_stored_run_re_scored_by_its_own_coach_gives_its_scores_back(tmp_path):

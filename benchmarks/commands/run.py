@@ -134,5 +134,5 @@ def _transcript(rec) -> str:
         lines.append(f"--- {act.agent} (turn {act.turn}) ---\n{act.output.strip()}")
         for call in act.tool_calls:
             lines.append(f"[{call.tool}] {call.feedback}")
-    lines.append(f"=== outcome: {rec.outcome} ===\n")
+    lines.append(f"=== outcome: {dict(rec.outcome or {})} ===\n")
     return "\n".join(lines)

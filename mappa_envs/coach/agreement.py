@@ -1,6 +1,6 @@
 """How far two coaches agree on the same actions (``mappa report coach-agreement``).
 
-Two evaluations of each action, for example the one a run was trained with (``info["coach"]``) and another coach's
+Two evaluations of each action, for example the one a run was trained with (the action's ``coach``) and another coach's
 from ``mappa rescore`` (``info["rescored"]``), are compared per role and per task type: Spearman's rank
 correlation, the mean difference (B - A) with a 95% interval, the confusion of high (> 5) and low scores, and
 both score histograms (integer bins 0-10).
@@ -110,25 +110,27 @@ def agreement(
     b_scores: dict[tuple[str, int], float] | None = None
     if other is not None:
         b_scores = {
-            (rec.episode_id, act.index): float(act.info[key_b]["score"])
+            (rec.episode_id, act.index): ev.score
             for rec in other
             for act in rec.actions
-            if key_b in act.info
+            if (ev := act.evaluation(key_b)) is not None
         }
     out: dict[str, dict[str, Agreement]] = defaultdict(dict)
     for rec in records:
         for act in rec.actions:
-            if key_a not in act.info:
+            a = act.evaluation(key_a)
+            if a is None:
                 continue
             if b_scores is None:
-                b = float(act.info[key_b]["score"]) if key_b in act.info else None
+                ev_b = act.evaluation(key_b)
+                b = ev_b.score if ev_b is not None else None
             else:
                 b = b_scores.get((rec.episode_id, act.index))
             if b is None:
                 continue
             for dim, group in action_groups(rec, act.role):
                 g = out[dim].setdefault(group, Agreement(group))
-                g.a.append(float(act.info[key_a]["score"]))
+                g.a.append(float(a.score))
                 g.b.append(b)
     return dict(out)
 

@@ -66,6 +66,10 @@ def _welch_p(a: Sequence[float], b: Sequence[float]) -> float:
     return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
 def _outcome_label(rec: EpisodeRecord) -> str:
     if not rec.outcome:
         return "unknown"
@@ -79,10 +83,9 @@ def scored_actions(records: Iterable[EpisodeRecord]) -> list[tuple[dict[str, str
         task_type = str(rec.metadata.get("task_type", "unknown"))
         outcome = _outcome_label(rec)
         for act in rec.actions:
-            ev = act.info.get("coach")
-            if ev is None:
+            if act.coach is None:
                 continue
-            out.append(({"role": act.role, "task_type": task_type, "outcome": outcome}, float(ev["score"]), act))
+            out.append(({"role": act.role, "task_type": task_type, "outcome": outcome}, float(act.coach.score), act))
     return out
 
 
@@ -96,7 +99,7 @@ def bias_report(
     """Per-group score statistics and the flagged gaps (see the module docstring)."""
     items = scored_actions(records)
     if score_key != "score":
-        items = [(g, float(a.info["coach"].get(score_key, s)), a) for g, s, a in items]
+        items = [(g, float(_or(getattr(a.coach, score_key), s)), a) for g, s, a in items]
     groups: list[GroupStats] = []
     gaps: list[Gap] = []
     for dim in DIMENSIONS:
@@ -121,7 +124,7 @@ def bias_report(
 
 def normalize_scores(records: Iterable[EpisodeRecord], by: Sequence[str] = ("role", "task_type")) -> int:
     """Rescale coach scores within each group to the global mean and standard deviation (a countermeasure to
-    group bias; off by default). Writes ``info["coach"]["normalized_score"]`` and sets the action's reward to
+    group bias; off by default). Writes the evaluation's ``normalized_score`` and sets the action's reward to
     ``normalized_score / 10``. Returns the number of actions changed."""
     items = scored_actions(records)
     if len(items) < 2:
@@ -137,7 +140,7 @@ def normalize_scores(records: Iterable[EpisodeRecord], by: Sequence[str] = ("rol
         for score, act in members:
             z = (score - g_mu) / g_sigma if g_sigma > 0 else 0.0
             norm = min(10.0, max(0.0, mu + z * sigma))
-            act.info["coach"]["normalized_score"] = norm
+            act.coach.normalized_score = norm
             act.reward = norm / 10.0
     return len(items)
 

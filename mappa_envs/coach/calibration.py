@@ -91,16 +91,17 @@ class Calibration:
 
 
 def calibration(records: Iterable[EpisodeRecord], key: str = "coach") -> dict[str, dict[str, Calibration]]:
-    """Per dimension (``all``, ``role``, ``task_type``) and group: each scored action's score (``info[key]``) and
-    whether its episode succeeded."""
+    """Per dimension (``all``, ``role``, ``task_type``) and group: each scored action's score (its evaluation
+    ``key``: :meth:`~mappa_envs.core.ActionRecord.evaluation`) and whether its episode succeeded."""
     out: dict[str, dict[str, Calibration]] = defaultdict(dict)
     for rec in records:
         for act in rec.actions:
-            if key not in act.info:
+            ev = act.evaluation(key)
+            if ev is None:
                 continue
             for dim, group in action_groups(rec, act.role):
                 c = out[dim].setdefault(group, Calibration(group))
-                c.scores.append(float(act.info[key]["score"]))
+                c.scores.append(float(ev.score))
                 c.success.append(rec.success)
     return dict(out)
 

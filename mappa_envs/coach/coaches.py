@@ -76,7 +76,7 @@ class EnsembleCoach:
             fallback_used=all(e.fallback_used for e in evs),
             fallback_reason="every member fell back" if all(e.fallback_used for e in evs) else None,
             answer_correct=(sum(answers) * 2 > len(answers)) if answers else None,
-            members=[e.to_dict() for e in evs],
+            members=list(evs),
         )
 
 

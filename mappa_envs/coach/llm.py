@@ -99,9 +99,7 @@ class CoachCache:
             d = self._data.get(key)
         if d is None:
             return None
-        d = dict(d)
-        d.pop("reward", None)
-        return CoachEvaluation(**{**d, "cached": True})
+        return CoachEvaluation.from_dict({**d, "cached": True})
 
     def put(self, key: str, ev: CoachEvaluation) -> None:
         d = ev.to_dict()

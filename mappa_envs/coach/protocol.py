@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..core import ActionRecord, EpisodeRecord, truncate_middle
+from ..core import ActionRecord, CoachEvaluation, EpisodeRecord, truncate_middle  # noqa: F401  (re-exported)
 
 NEUTRAL_SCORE = 5.0
 
@@ -89,40 +89,6 @@ class CoachInput:
     def key(self) -> str:
         """Cache key: a hash of the whole input."""
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True, default=str).encode()).hexdigest()
-
-
-@dataclass
-class CoachEvaluation:
-    """A coach's judgement of one action (stored in the action's ``info["coach"]``)."""
-
-    score: float
-    """In [0, 10]."""
-    reasoning: str = ""
-    raw_reply: str = ""
-    backend: str = ""
-    latency_s: float = field(default=0.0, compare=False)
-    """Wall time of the evaluation (not compared: two evaluations equal in content are equal)."""
-    retries: int = 0
-    reprompted: bool = False
-    parse: str = "strict"
-    """How the score was read: ``strict``, ``reprompt``, ``lenient``, ``rule``, ``fallback``."""
-    fallback_used: bool = False
-    fallback_reason: str | None = None
-    ambiguous: bool = False
-    """The reply held several different ``PROCESS_SCORE`` values (outside its thinking); the last one was used."""
-    answer_correct: bool | None = None
-    cached: bool = field(default=False, compare=False)
-    members: list[dict[str, Any]] = field(default_factory=list)
-    """For ensembles: each member's evaluation."""
-
-    @property
-    def reward(self) -> float:
-        return self.score / 10.0
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["reward"] = self.reward
-        return d
 
 
 def clamp(score: float) -> float:

@@ -246,8 +246,7 @@ def _read_cache(path: Path) -> dict[str, CoachEvaluation]:
     out = {}
     for line in _lines(path):
         row = json.loads(line)
-        ev = {k: v for k, v in row["evaluation"].items() if k != "reward"}
-        out[row["key"]] = CoachEvaluation(**ev)
+        out[row["key"]] = CoachEvaluation.from_dict(row["evaluation"])
     return out
 
 

@@ -5,12 +5,13 @@
 >>> env = CoachRewardWrapper(mappa_envs.make("mappa/MathChat-v0", split="arith-eval"), RuleBasedCoach(), blocking=True)
 >>> env.reset(seed=0)
 >>> env.step("6 * 7 = \\\\boxed{42}")
->>> env.unwrapped.record.actions[0].info["coach"]["score"]
+>>> env.unwrapped.record.actions[0].coach.score
 6.0
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -121,9 +122,9 @@ class CoachRewardWrapper(_RewardWrapper):
     """Each action's reward is the coach's score / 10 (optionally mixed with the outcome, see ``alpha``).
 
     The coach sees the action's role, full input, output, tool feedback, workspace files and who wrote them, and
-    the ground truth for the final agent's last action. The whole evaluation is stored in the action's
-    ``info["coach"]`` (as a dict) and in ``infos[agent]["coach"]`` (as a :class:`CoachEvaluation`; at step time
-    when blocking, at the episode's end otherwise).
+    the ground truth for the final agent's last action. The whole evaluation (a :class:`CoachEvaluation`) is stored
+    in the action's ``coach`` and in ``infos[agent]["coach"]`` (at step time when blocking, at the episode's end
+    otherwise).
 
     ``blocking=True`` scores each action inside ``step`` and gives its reward at once. Otherwise (the default) the
     action is sent to a :class:`CoachPool` and the rollout goes on; the episode's last step waits for what is still
@@ -238,7 +239,7 @@ class CoachRewardWrapper(_RewardWrapper):
         self._pending.extend((act, EpisodePart(whole, i)) for i, act in enumerate(acts))
 
     def _attach(self, act: ActionRecord, ev: CoachEvaluation) -> None:
-        act.info["coach"] = ev.to_dict()
+        act.coach = dataclasses.replace(ev)  # the record's own copy: later changes (normalisation) stay on it
         act.reward = self.alpha * ev.reward
 
     def finalize(self) -> None:

@@ -2,6 +2,7 @@
 
 from .pipeline import PYTHON_TOOL, PipelineEnv, Role, Task
 from .policy import Generation, Policy, ScriptedPolicy, SerialPolicy, policy_for
+from .records import CoachEvaluation, FinishReason, GenerationInfo, Outcome, OutcomeKind, ParseKind
 from .single_agent import SingleAgentView
 from .text import (
     ParsedAction,
@@ -19,9 +20,15 @@ from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall, read_jso
 __all__ = [
     "PYTHON_TOOL",
     "ActionRecord",
+    "CoachEvaluation",
     "EpisodeRecord",
+    "FinishReason",
     "Generation",
+    "GenerationInfo",
     "Message",
+    "Outcome",
+    "OutcomeKind",
+    "ParseKind",
     "ParsedAction",
     "PipelineEnv",
     "Policy",

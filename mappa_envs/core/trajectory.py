@@ -1,19 +1,23 @@
 """Typed trajectory records: every action of every agent, with its full input context.
 
 An :class:`EpisodeRecord` is what training, coaching, reports and replays read. It serialises to one JSON line
-(:meth:`EpisodeRecord.to_json`) and back (:meth:`EpisodeRecord.from_json`), losslessly.
+(:meth:`EpisodeRecord.to_json`) and back (:meth:`EpisodeRecord.from_json`), losslessly. What crosses packages on
+it is typed (:mod:`mappa_envs.core.records`): the coach's evaluation and the generation of each action, the
+episode's outcome.
 """
 
 from __future__ import annotations
 
+import copy
 import json
-import typing
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sandboxes import ExecResult
+
+from .records import OUTCOME_KINDS, CoachEvaluation, GenerationInfo, Outcome, OutcomeKind
 
 Message = dict[str, str]
 """A chat message: ``{"role": "system" | "user" | "assistant", "content": str}``."""
@@ -64,7 +68,21 @@ class ActionRecord:
     reward: float = 0.0
     """Reward credited to this action (the env's own reward, or a wrapper's, e.g. the coach's score / 10)."""
     info: dict[str, Any] = field(default_factory=dict)
-    """Extra per-action data, e.g. the coach's evaluation."""
+    """Extra per-action data, e.g. other coaches' evaluations (``mappa rescore``: ``info[name]``)."""
+    coach: CoachEvaluation | None = None
+    """The coach's evaluation that gave this action its reward (written as ``info["coach"]``); None: not coached."""
+    generation: GenerationInfo | None = None
+    """What the policy sampled for this action (written as ``info["generation"]``); None: a policy without tokens."""
+
+    def __post_init__(self) -> None:
+        # records written before these fields were typed (and callers that still pass them in ``info``)
+        self.info = dict(self.info)
+        for name, typ in (("coach", CoachEvaluation), ("generation", GenerationInfo)):
+            if name in self.info:
+                if getattr(self, name) is not None:
+                    raise ValueError(f"action {self.index}: {name!r} given both as a field and in info")
+                value = self.info.pop(name)
+                setattr(self, name, value if value is None or isinstance(value, typ) else typ.from_dict(value))
 
     @property
     def used_tools(self) -> bool:
@@ -74,9 +92,25 @@ class ActionRecord:
     def tools_ok(self) -> bool:
         return bool(self.tool_calls) and all(c.result.ok for c in self.tool_calls)
 
+    def evaluation(self, key: str = "coach") -> CoachEvaluation | None:
+        """A coach's evaluation of this action: the reward's (``"coach"``: :attr:`coach`) or one stored under
+        another name by ``mappa rescore`` (``info[key]``); None when there is none."""
+        if key == "coach":
+            return self.coach
+        value = self.info.get(key)
+        return value if value is None or isinstance(value, CoachEvaluation) else CoachEvaluation.from_dict(value)
+
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("coach", "generation")}
+        d["messages"] = [dict(m) for m in self.messages]
         d["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        d["issues"] = list(self.issues)
+        info = {k: v.to_dict() if isinstance(v, CoachEvaluation) else copy.deepcopy(v) for k, v in self.info.items()}
+        if self.generation is not None:
+            info["generation"] = self.generation.to_dict()
+        if self.coach is not None:
+            info["coach"] = self.coach.to_dict()
+        d["info"] = info
         return d
 
     @classmethod
@@ -97,46 +131,44 @@ class EpisodeRecord:
     seed: int | None
     actions: list[ActionRecord] = field(default_factory=list)
     ground_truth: Any = None
-    outcome: dict[str, Any] = field(default_factory=dict)
-    """Terminal information (:func:`checked_outcome`). Every env's holds ``success`` (bool: the episode did what the
-    task asks), ``score`` (float in [0, 1]: the env's reward for it) and ``kind`` (``"answer"``: right or wrong;
-    ``"graded"``: a produced result whose ``quality`` in [0, 1] it also holds), plus the task's own figures
-    (MathChat: ``predicted``, ``answer``, ``correct``; DSBench: ``metric``, ``value``, ``valid``...). Read them
-    with :attr:`success`, :attr:`score`, :attr:`kind` and :attr:`quality`."""
+    outcome: Outcome | None = None
+    """How the episode ended (:class:`~mappa_envs.core.records.Outcome`, checked by :func:`checked_outcome`); None
+    while it runs. A mapping given here (a record from before the type) is read by :meth:`Outcome.from_dict`."""
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.outcome, Mapping) and not isinstance(self.outcome, Outcome):
+            self.outcome = Outcome.from_dict(self.outcome) if self.outcome else None
 
     def actions_of(self, agent: str) -> list[ActionRecord]:
         return [a for a in self.actions if a.agent == agent]
 
     @property
     def success(self) -> bool:
-        """Whether the episode succeeded (``outcome["success"]``; a record stored before the outcome contract, with
-        MathChat's ``correct`` only, is read by it)."""
-        o = self.outcome
-        return bool(o["success"] if "success" in o else o.get("correct", False))
+        """Whether the episode succeeded (False while it runs)."""
+        return self.outcome is not None and self.outcome.success
 
     @property
     def score(self) -> float:
-        """The episode's score in [0, 1] (``outcome["score"]``; an older record: its ``quality``, ``correct`` or
-        ``success``, in that order, else 0)."""
-        for key in ("score", "quality", "correct", "success"):
-            if key in self.outcome:
-                return float(self.outcome[key])
-        return 0.0
+        """The episode's score in [0, 1]: the env's reward for it (0 while it runs)."""
+        return self.outcome.score if self.outcome is not None else 0.0
 
     @property
-    def kind(self) -> str:
-        """``"answer"`` or ``"graded"`` (``outcome["kind"]``; an older record: graded when it holds a quality)."""
-        return str(self.outcome.get("kind") or ("graded" if "quality" in self.outcome else "answer"))
+    def kind(self) -> OutcomeKind:
+        """``"answer"`` or ``"graded"`` (``"answer"`` while it runs)."""
+        return self.outcome.kind if self.outcome is not None else "answer"
 
     @property
     def quality(self) -> float | None:
         """A graded episode's quality in [0, 1]; None for an answer task's."""
-        return float(self.outcome.get("quality", 0.0)) if self.kind == "graded" else None
+        return self.outcome.quality if self.outcome is not None else None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["actions"] = [a.to_dict() for a in self.actions]
+        d["outcome"] = copy.deepcopy(self.outcome.to_dict()) if self.outcome is not None else {}
+        d["ground_truth"] = copy.deepcopy(self.ground_truth)
+        d["metadata"] = copy.deepcopy(self.metadata)
         return d
 
     @classmethod
@@ -153,12 +185,7 @@ class EpisodeRecord:
         return cls.from_dict(json.loads(line))
 
 
-OutcomeKind = Literal["answer", "graded"]
-"""What a task's outcome is: ``answer`` (right or wrong) or ``graded`` (a ``quality`` in [0, 1] besides validity)."""
-OUTCOME_KINDS: tuple[str, ...] = typing.get_args(OutcomeKind)
-
-
-def checked_outcome(source: str, kind: str, reward: float, outcome: Mapping[str, Any]) -> dict[str, Any]:
+def checked_outcome(source: str, kind: str, reward: float, outcome: Mapping[str, Any]) -> Outcome:
     """The outcome a task's ``grade`` returned, checked against the contract and completed with ``score`` (the
     reward) and ``kind``: ``success`` must be there, the reward in [0, 1], and a graded task's ``quality`` in
     [0, 1]. A breach is the task's bug, raised with its name (``source``), never recorded as a default."""
@@ -174,7 +201,8 @@ def checked_outcome(source: str, kind: str, reward: float, outcome: Mapping[str,
         problems.append(f"a graded outcome's quality must be a number in [0, 1], not {quality!r}")
     if problems:
         raise ValueError(f"{source}.grade() returned " + "; ".join(problems))
-    return {**outcome, "success": bool(outcome["success"]), "score": float(reward), "kind": kind}
+    figures = {k: v for k, v in outcome.items() if k not in ("success", "score", "kind")}
+    return Outcome(success=bool(outcome["success"]), score=float(reward), kind=kind, figures=figures)
 
 
 def _json_default(obj: Any) -> Any:
@@ -208,5 +236,5 @@ def read_jsonl(path: str | Path) -> Iterator[EpisodeRecord]:
                 if isinstance(row, dict) and "episode" in row and "actions" not in row:
                     row = row["episode"]
                 yield EpisodeRecord.from_dict(row)
-            except (json.JSONDecodeError, TypeError, KeyError) as e:
+            except (ValueError, TypeError, KeyError) as e:  # JSONDecodeError is a ValueError
                 raise ValueError(f"{path}:{lineno}: not a valid episode record ({e})") from e

@@ -67,8 +67,8 @@ def action_entry(act: Any) -> dict[str, Any]:
     score, reward, backend, parse and whether (and why) it fell back."""
     entry = {"index": act.index, "agent": act.agent, "role": act.role, "turn": act.turn}
     entry |= {"issues": list(act.issues), "reward": float(act.reward)}
-    coach = act.info.get("coach")
-    if coach is not None:
+    if act.coach is not None:
+        coach = act.coach.to_dict()
         entry["coach"] = {k: coach.get(k) for k in COACH_KEYS}
     return entry
 

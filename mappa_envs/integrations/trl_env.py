@@ -121,7 +121,7 @@ class SeatEnvironment:
 
     @property
     def outcome(self) -> dict[str, Any]:
-        return dict(self.record.outcome) if self.record is not None else {}
+        return dict(self.record.outcome) if self.record is not None and self.record.outcome is not None else {}
 
     @property
     def totals(self) -> dict[str, float]:
@@ -223,7 +223,7 @@ def seat_reward(completions: Sequence[Any], environments: Sequence[SeatEnvironme
 
 
 def _fallbacks(record: Any) -> int:
-    return sum(1 for a in record.actions if (a.info.get("coach") or {}).get("fallback_used"))
+    return sum(1 for a in record.actions if a.coach is not None and a.coach.fallback_used)
 
 
 def seat_dataset(

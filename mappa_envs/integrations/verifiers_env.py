@@ -245,7 +245,7 @@ async def _play_turn(env: Any, seat: _Seat, stack: contextlib.AsyncExitStack) ->
 
 def _score(record: Any, seats: Mapping[str, _Seat], name: str) -> None:
     """Each trace's reward (named ``name``), metrics and ``info["mappa"]`` from the finished episode's record."""
-    outcome = {k: v for k, v in record.outcome.items() if isinstance(v, str | int | float | bool) or v is None}
+    outcome = {k: v for k, v in (record.outcome or {}).items() if isinstance(v, str | int | float | bool) or v is None}
     totals = {a: sum(x.reward for x in record.actions if x.agent == a) for a in seats}
     for agent, seat in seats.items():
         by_trace: dict[int, tuple[Any, list]] = {}
@@ -259,7 +259,7 @@ def _score(record: Any, seats: Mapping[str, _Seat], name: str) -> None:
             coached = [e["coach"] for e in entries if "coach" in e]
             trace.record_metrics(
                 {
-                    "correct": float(bool(record.outcome.get("success"))),
+                    "correct": float(record.success),
                     "actions": float(len(acts)),
                     "malformed_actions": float(sum(bool(a.issues) for a in acts)),
                     "missing_replies": float(sum(any(i.startswith("verifiers: ") for i in a.issues) for a in acts)),
