@@ -28,7 +28,12 @@ def two_nodes():
     store = 700 * 1024**2
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "resources": {"gen": 1}, "object_store_memory": store},
+        head_node_args={
+            "num_cpus": 1,
+            "resources": {"gen": 1},
+            "object_store_memory": store,
+            "include_dashboard": False,  # ray[default] would start one: nothing here needs it
+        },
     )
     cluster.add_node(num_cpus=1, resources={"learn": 1}, object_store_memory=store)
     cluster.wait_for_nodes()

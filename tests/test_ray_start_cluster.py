@@ -43,8 +43,8 @@ def _job_server_problem() -> str | None:
     if error is None:
         return None
     return (
-        f"Ray's job server is part of its dashboard, which needs ray[default] ({error}); this project installs Ray "
-        "without it: pip install 'ray[default]==2.60.0' to run this test"
+        f"Ray's job server is part of its dashboard, which needs ray[default] ({error}); the train extra installs "
+        "it (make setup): pip install 'ray[default]==2.60.0' to run this test"
     )
 
 
