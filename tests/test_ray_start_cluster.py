@@ -154,10 +154,14 @@ def test_a_driver_without_the_token_stops_within_30_s_saying_what_to_set(cluster
     assert not (tmp_path / "run" / "config.json").exists()  # stopped before the run folder was written
 
 
-@pytest.mark.skipif(bool(JOB_SERVER_PROBLEM), reason=str(JOB_SERVER_PROBLEM))
 def test_ray_job_submit_trains_on_the_cluster(cluster, tmp_path):
     """``ray job submit -- mappa train``: the driver runs on the head as a Ray job (RAY_ADDRESS set by Ray), the
-    engine and the rank the other way round. Ray's job CLI needs ``RAY_AUTH_MODE=token`` to send the token itself."""
+    engine and the rank the other way round. Ray's job CLI needs ``RAY_AUTH_MODE=token`` to send the token itself.
+    Without the job server's packages it skips, except under CI, where ``make setup`` installs them: there it fails."""
+    if JOB_SERVER_PROBLEM:
+        if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
+            pytest.fail(JOB_SERVER_PROBLEM)
+        pytest.skip(JOB_SERVER_PROBLEM)
     out = tmp_path / "job"
     place = ["--place", "engines=learn", "--place", "trainers=gen"]
     entry = [sys.executable, "-m", "benchmarks.cli", *TRAIN, "--out", str(out), *place]
