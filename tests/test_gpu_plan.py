@@ -179,3 +179,27 @@ def test_dry_run_with_role_weights_the_checks_refuse_says_the_plan_is_not_made(d
     rc, out = dry_run("--preset", "paper-mathchat-4b", "--role-weights", "critic=frozen")
     assert rc == 1 and "Traceback" not in out
     assert "GPU plan on the preset's declared hardware:\nnot planned: role_weights: " in out
+
+
+def test_the_gpu_checks_result_file_says_what_ran_and_how_it_failed(tmp_path):
+    """``benchmarks/gpu_check.py``'s result file (what to send back after the first GPU run): provenance, the
+    configuration, each iteration's figures and, when it fails, the error with its traceback; plain JSON."""
+    import json
+
+    from baselines.config import TrainConfig
+    from benchmarks.gpu_check import SCHEMA, check_record
+
+    cfg = TrainConfig(out_dir=str(tmp_path / "run"), device="cuda")
+    rows = [{"iteration": 1, "gen_tok_s": 900.0}]
+    ok = check_record(["--iterations", "1"], cfg, rows, startup_s=12.34, total_s=60.0, gpu="H200, 1 MiB, 2 MiB")
+    assert ok["schema"] == SCHEMA and ok["status"] == "ok" and "error" not in ok
+    assert ok["command"] == "python benchmarks/gpu_check.py --iterations 1" and ok["code_version"]
+    assert ok["config"]["device"] == "cuda" and ok["iterations"] == rows and ok["startup_s"] == 12.3
+    assert ok["logs"] == str(tmp_path / "run" / "logs") and "platform" in ok["hardware"]
+    try:
+        raise RuntimeError("NCCL error: unhandled system error")
+    except RuntimeError as e:
+        failed = check_record([], cfg, [], startup_s=None, total_s=5.0, gpu="", error=e)
+    assert failed["status"] == "failed" and failed["error"] == "RuntimeError: NCCL error: unhandled system error"
+    assert "test_the_gpu_checks_result_file" in failed["traceback"]  # the frames, not only the message
+    assert json.loads(json.dumps(failed)) == failed
