@@ -25,7 +25,6 @@ The memory estimate and its calibration are in :mod:`baselines.memory`.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from typing import Any
 from .config import TrainConfig
 from .fields import choice_problems, choices
 from .memory import as_flags, estimate_memory, suggest_settings
+from .ray_connect import target as ray_target
 from .role_weights import effective_role_weights, role_specs, spec_problems
 from .shapes import locate_model, model_shape
 
@@ -220,11 +220,13 @@ def _check_memory(cfg: TrainConfig, folder: Path | None, n_roles: int | None) ->
             est.suggestion, est.suggested_total = found
     if not cfg.memory_check:
         return Check("memory", True, "skipped (memory_check=False / --no-memory-check); " + est.describe(), est)
-    if cfg.trainer == "ray" and os.environ.get("RAY_ADDRESS"):
+    cluster = ray_target()
+    if cfg.trainer == "ray" and cluster.address is not None:  # RAY_ADDRESS=local is a local cluster: checked
         return Check(
             "memory",
             True,
-            f"not checked: RAY_ADDRESS points at a cluster whose memory this machine cannot see; {est.describe()}",
+            f"not checked: {cluster.source} points at a cluster whose memory this machine cannot see; "
+            + est.describe(),
             est,
         )
     if est.fits:

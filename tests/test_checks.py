@@ -146,6 +146,19 @@ def test_memory_check_can_be_skipped(capsys):
     assert parsed["memory_check"] is False and "FAIL  memory" not in out
 
 
+def test_the_memory_check_is_skipped_only_for_a_cluster_elsewhere(monkeypatch):
+    """A cluster named by ``RAY_ADDRESS`` holds memory this machine cannot see: not checked, and said so; ``local``
+    (mappa's own cluster on this machine, as ``--ray-address local``) is checked like no address at all."""
+    monkeypatch.setenv("MAPPA_MEMORY_BUDGET_GB", "4")
+    cfg = preset("demo", device="cpu", engine_dtype="float32")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")
+    mem = by_name(check_config(cfg))["memory"]
+    assert mem.ok and mem.detail.startswith("not checked: RAY_ADDRESS points at a cluster")
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    mem = by_name(check_config(cfg))["memory"]
+    assert not mem.ok and "a smaller model" in mem.detail
+
+
 def test_demo_fits_24_gib_and_a_tiny_budget_has_no_fix(monkeypatch):
     cfg = preset("demo", device="cpu", engine_dtype="float32")  # 'auto' depends on the CPU's bf16 support
     est = by_name(check_config(cfg))["memory"].data
