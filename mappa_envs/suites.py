@@ -29,6 +29,7 @@ True
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NamedTuple
 
 from .heldout import NoHeldOutTasks, heldout_env_kwargs, task_class
@@ -51,13 +52,28 @@ def task_names(env_id: str) -> tuple[str, ...]:
     return tuple(getattr(cls, "eval_names", ())) or (env_id.rpartition("/")[2].rsplit("-v", 1)[0].lower(),)
 
 
+LOAD_ERRORS: dict[str, str] = {}
+"""Registered env ids whose entry point failed to load when suites were listed -> the error (each also warned once,
+and named when a suite is not found): such an env is left out of the names, never silently."""
+
+
 def _class_of(env_id: str) -> type | None:
     """The class ``env_id`` is registered with (None for a factory function or an entry point that does not load:
     such an env is found by its id, and ``make`` says what is wrong with it)."""
     try:
         cls = _load(registry[env_id].entry_point)
-    except Exception:  # a plugin that fails to load must not hide the other suites
+    except Exception as e:  # a plugin that fails to load must not hide the other suites, nor be hidden itself
+        error = f"{type(e).__name__}: {e}"
+        if LOAD_ERRORS.get(env_id) != error:
+            warnings.warn(
+                f"env {env_id!r}: its entry point {registry[env_id].entry_point!r} failed to load ({error}); its "
+                "suites are left out",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        LOAD_ERRORS[env_id] = error
         return None
+    LOAD_ERRORS.pop(env_id, None)
     return cls if isinstance(cls, type) else None
 
 
@@ -96,7 +112,8 @@ def resolve_suite(suite: str) -> Suite:
     name, colon, split = suite.partition(":")
     if name in tasks and (split or not colon):
         return _task_suite(suite, tasks[name], split)
-    raise ValueError(f"unknown suite {suite!r}; suites: {', '.join(suite_names())}")
+    broken = "".join(f"; {env_id} failed to load ({error})" for env_id, error in LOAD_ERRORS.items())
+    raise ValueError(f"unknown suite {suite!r}; suites: {', '.join(suite_names())}{broken}")
 
 
 def _task_suite(suite: str, env_id: str, split: str) -> Suite:

@@ -84,6 +84,25 @@ def test_suite_names_resolve_for_the_built_in_and_the_plugged_in_tasks(tmp_path)
         mappa_envs.registry.pop("test/SQLCopy-v0")
 
 
+def test_a_plugin_that_fails_to_load_is_warned_and_named_not_hidden():
+    """An env whose entry point does not import is left out of the suite names (the others still resolve), with a
+    warning naming it and its error, and named again when a suite is not found."""
+    from mappa_envs import suites
+
+    mappa_envs.register("test/Broken-v0", "mappa_envs.no_such_module:Env", override=True)
+    try:
+        with pytest.warns(RuntimeWarning, match=r"'test/Broken-v0'.*ModuleNotFoundError.*no_such_module"):
+            assert resolve_suite("sql:eval").env_id == "mappa/SQLQuery-v0"
+        assert "ModuleNotFoundError" in suites.LOAD_ERRORS["test/Broken-v0"]
+        with pytest.raises(ValueError, match=r"unknown suite 'gsm8k'.*test/Broken-v0 failed to load \(Module"):
+            resolve_suite("gsm8k")
+        with pytest.raises(ModuleNotFoundError, match="no_such_module"):  # by its own name: the import's error
+            resolve_suite("broken")
+    finally:
+        mappa_envs.registry.pop("test/Broken-v0")
+        suites.LOAD_ERRORS.pop("test/Broken-v0", None)
+
+
 class _Tiny(PipelineEnv):
     """A plugged-in task with a sealed split that it does not refuse itself: the evaluation refuses it."""
 
