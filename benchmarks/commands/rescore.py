@@ -15,7 +15,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--coach",
         required=True,
-        help="rule | rule-hindsight | llm:MODEL@URL | llm-hindsight:MODEL@URL (an OpenAI-compatible server, one "
+        help="rule | rule-hindsight | dsbench-rule | dsbench-rule-blind | dsbench-rule-hindsight | llm:MODEL@URL | "
+        "llm-hindsight:MODEL@URL (an OpenAI-compatible server, one "
         "call per episode) | package.module:factory",
     )
     p.add_argument("--out", required=True, help="output folder (re-running with the same one resumes)")

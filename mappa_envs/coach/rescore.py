@@ -26,6 +26,8 @@ from typing import Any
 
 from ..core import EpisodeRecord, read_jsonl
 from .coaches import Coach
+from .dsbench_hindsight import DSBenchHindsightCoach
+from .dsbench_rules import DSBenchCoach
 from .hindsight import HindsightCoach, RuleHindsightCoach
 from .information import information_label
 from .protocol import CoachEvaluation, CoachInput, inputs_for_episode
@@ -36,15 +38,21 @@ from .wrapper import CoachPool, EpisodePart
 def coach_from_spec(spec: str) -> Coach:
     """``rule`` (:class:`RuleBasedCoach`), ``rule-hindsight`` (:class:`~mappa_envs.coach.hindsight.
     RuleHindsightCoach`), ``llm:MODEL@URL`` (:class:`~mappa_envs.coach.LLMCoach` on an OpenAI-compatible server),
-    ``llm-hindsight:MODEL@URL`` (:class:`~mappa_envs.coach.llm_hindsight.LLMHindsightCoach`: one call per episode)
-    or ``package.module:factory`` (called with no arguments; a coach with ``evaluate_episode`` is a hindsight
-    coach)."""
+    ``llm-hindsight:MODEL@URL`` (:class:`~mappa_envs.coach.llm_hindsight.LLMHindsightCoach`: one call per episode),
+    DSBench's progress coaches ``dsbench-rule``, ``dsbench-rule-blind`` (:class:`~mappa_envs.coach.dsbench_rules.
+    DSBenchCoach`, with and without the submission's scoring) and ``dsbench-rule-hindsight``
+    (:class:`~mappa_envs.coach.dsbench_hindsight.DSBenchHindsightCoach`), or ``package.module:factory`` (called
+    with no arguments; a coach with ``evaluate_episode`` is a hindsight coach)."""
     if spec == "rule":
         return RuleBasedCoach()
     if spec in ("rule-hindsight", "rule-hindsight-key"):  # every action scored knowing the outcome and answer key
         return RuleHindsightCoach()
     if spec == "rule-hindsight-outcome":  # the same without checking printouts against the answer key
         return RuleHindsightCoach(answer_key=False)
+    if spec in ("dsbench-rule", "dsbench-rule-blind"):  # partial progress on DSBench (issue 33)
+        return DSBenchCoach(use_outcome=spec == "dsbench-rule")
+    if spec == "dsbench-rule-hindsight":
+        return DSBenchHindsightCoach()
     for prefix in ("llm:", "llm-hindsight:"):
         if spec.startswith(prefix):
             return _llm_coach(spec[len(prefix) :], hindsight=prefix == "llm-hindsight:")
@@ -52,8 +60,8 @@ def coach_from_spec(spec: str) -> Coach:
         module, _, name = spec.partition(":")
         return getattr(importlib.import_module(module), name)()
     raise ValueError(
-        f"coach must be 'rule', 'rule-hindsight' (= 'rule-hindsight-key'), 'rule-hindsight-outcome', 'llm:MODEL@URL', "
-        "'llm-hindsight:MODEL@URL' or "
+        f"coach must be 'rule', 'rule-hindsight' (= 'rule-hindsight-key'), 'rule-hindsight-outcome', 'dsbench-rule', "
+        "'dsbench-rule-blind', 'dsbench-rule-hindsight', 'llm:MODEL@URL', 'llm-hindsight:MODEL@URL' or "
         f"'package.module:factory', not {spec!r}"
     )
 
