@@ -20,7 +20,8 @@ register("mappa/SQLQuery-v0", "mappa_envs.tasks.sql_query:SQLQueryEnv", descript
 register(
     "mappa/DSBench-v0",
     "mappa_envs.tasks.dsbench:DSBenchEnv",
-    description="data engineer -> modeler -> analyst on Kaggle-style modeling (DSBench-lite or DSBench data)",
+    description="data engineer -> modeler -> analyst on Kaggle-style modeling (DSBench-lite or DSBench data; "
+    "lite's ladder: split level0-*, level1-*, level2-* = train/eval)",
 )
 
 __all__ = ["EnvSpec", "__version__", "list_envs", "make", "register", "registry", "spec"]

@@ -22,7 +22,8 @@ where an engine runs, else bubblewrap, else plain subprocesses (with a warning);
 ``record.metadata["sandbox"]``.
 
 Arguments: ``suite`` (``lite``: the bundled DSBench-lite, built on first use; ``dsbench``: the original DSBench
-data, which needs ``data_dir``), ``split`` (``train``, ``eval`` or ``all``), ``task_ids`` (a subset),
+data, which needs ``data_dir``), ``split`` (``train``, ``eval`` or ``all``; DSBench-lite's difficulty ladder adds
+``level0-train``, ``level0-eval``, ... ``level2-*`` = the plain splits: :mod:`.ladder`), ``task_ids`` (a subset),
 ``tasks`` (a list of :class:`DSTask`), ``turns`` (per role), ``reward``, ``prompt_style`` (original DSBench:
 ``cleaned`` or ``original`` descriptions), ``role_prompts`` (``"paper"``, the default: the full hand-over contract
 in every role's prompt; ``"small"``: one worked example per role on a made-up task, for small models),
@@ -30,9 +31,10 @@ in every role's prompt; ``"small"``: one worked example per role on a made-up ta
 :class:`~mappa_envs.core.PipelineEnv`.
 
 Held-out tasks (:meth:`DSBenchEnv.heldout_kwargs`): split ``eval`` of the same suite and data folder, for a run
-that trains on split ``train``.
+that trains on split ``train`` (``levelK-eval`` for ``levelK-train``).
 
-Version history: v0, initial release.
+Version history: v0, initial release; the ladder's ``levelK-*`` splits were added later (the plain splits are
+unchanged).
 """
 
 from __future__ import annotations
@@ -45,17 +47,17 @@ from sandboxes import Limits, Sandbox
 
 from ...core import PYTHON_TOOL, EpisodeRecord, PipelineEnv, Role, Task
 from ...heldout import pick_split
-from . import prompts
-from .lite import load_lite
+from . import ladder, prompts
 from .scoring import score_workspace
 from .tasks import DSTask, load_dsbench
 
 DEFAULT_LIMITS = Limits(timeout_s=120.0, memory_mb=2048, cpus=1.0, pids=64, output_bytes=16_384, file_size_mb=256)
 
 
-def dsbench_roles(turns: int = 4, role_prompts: str = "paper") -> tuple[Role, ...]:
+def dsbench_roles(turns: int = 4, role_prompts: str = "paper", level: int = ladder.TOP_LEVEL) -> tuple[Role, ...]:
     """The three roles with the prompts of ``role_prompts`` (:data:`prompts.ROLE_PROMPTS`): ``"paper"``, the
-    contract-in-full prompts; ``"small"``, short instructions with one worked example each, for small models."""
+    contract-in-full prompts; ``"small"``, short instructions with one worked example each, for small models. At
+    ladder ``level`` 0 the data engineer checks the given files instead of writing them (:mod:`.ladder`)."""
     if role_prompts not in prompts.ROLE_PROMPTS:
         raise ValueError(f"role_prompts must be one of {prompts.ROLE_PROMPTS}, not {role_prompts!r}")
     small = role_prompts == "small"
@@ -63,14 +65,19 @@ def dsbench_roles(turns: int = 4, role_prompts: str = "paper") -> tuple[Role, ..
 
     def role(name: str) -> Role:
         upper = name.upper()
+        given = level == 0 and name == "data_engineer"
+        system = getattr(prompts, f"{prefix}{'GIVEN_' if given else ''}{upper}_SYSTEM")
+        if level == 0:
+            system = system.replace(*prompts.GIVEN_CONTRACT_LINE)
+        examples = prompts.SMALL_EXAMPLES[name] if small else ()
         return Role(
             name,
-            getattr(prompts, f"{prefix}{upper}_SYSTEM").replace("{turns}", str(turns)),
-            getattr(prompts, f"{prefix}{upper}_INSTRUCTION"),
+            system.replace("{turns}", str(turns)),
+            getattr(prompts, f"{prefix}{'GIVEN_' if given else ''}{upper}_INSTRUCTION"),
             max_turns=turns,
             tools=(PYTHON_TOOL,),
             continue_instruction=prompts.SMALL_CONTINUE if small else prompts.CONTINUE,
-            examples=prompts.SMALL_EXAMPLES[name] if small else (),
+            examples=prompts.SMALL_GIVEN_EXAMPLE if small and given else examples,
         )
 
     return tuple(role(name) for name in ("data_engineer", "modeler", "analyst"))
@@ -106,12 +113,14 @@ class DSBenchEnv(PipelineEnv):
         if tasks is not None:
             ds = list(tasks)
         elif suite == "lite":
-            ds = load_lite(split, root=data_dir).tasks
+            ds = ladder.load_level(split, root=data_dir)
         elif suite == "dsbench":
             if data_dir is None:
                 raise ValueError(
                     "suite='dsbench' needs data_dir=<folder with data_resplit/ and answers/ of the DSBench release>"
                 )
+            if split not in ladder.PARTS:
+                raise ValueError(f"the ladder's splits are DSBench-lite's; suite 'dsbench' takes {ladder.PARTS}")
             ds = load_dsbench(data_dir, split, prompt_style).tasks
         else:
             raise ValueError(f"suite must be 'lite' or 'dsbench', not {suite!r}")
@@ -122,11 +131,13 @@ class DSBenchEnv(PipelineEnv):
                 raise KeyError(f"unknown DSBench task ids {unknown}; available: {sorted(by_id)}")
             ds = [by_id[i] for i in task_ids]
         self.suite, self.split, self.reward_kind, self.role_prompts = suite, split, reward, role_prompts
+        self.level = ladder.parse_split(split)[0] if suite == "lite" and tasks is None else ladder.TOP_LEVEL
+        self.artifacts = ladder.artifacts(self.level)
         self.ds_tasks: dict[str, DSTask] = {t.id: t for t in ds}
         if sandbox is None or isinstance(sandbox, str):
             sandbox_kwargs = {"limits": DEFAULT_LIMITS, **(sandbox_kwargs or {})}
         super().__init__(
-            dsbench_roles(turns, role_prompts),
+            dsbench_roles(turns, role_prompts, self.level),
             [t.to_task() for t in ds],
             sandbox=sandbox,
             **kwargs,
@@ -135,17 +146,21 @@ class DSBenchEnv(PipelineEnv):
 
     @classmethod
     def heldout_kwargs(cls, train_kwargs: Mapping[str, Any], split: str | None = None) -> dict[str, Any] | None:
-        """Split ``eval`` (or ``split`` when it is ``train`` or ``eval``) of the same suite, data folder and settings;
-        none when training on given ``tasks`` or on ``all`` (the default), or on ``eval`` without a split asked for."""
+        """Split ``eval`` (``levelK-eval`` for ``levelK-train``; or ``split`` when it is another split) of the same
+        suite, data folder and settings; none when training on given ``tasks`` or on ``all`` (the default), or on
+        ``eval`` without a split asked for. The training tasks at another ladder level are refused: not held out."""
         train = train_kwargs.get("split", "all")
-        if train_kwargs.get("tasks") is not None or train == "all":  # "all" holds every split's tasks
+        if train_kwargs.get("tasks") is not None or train.endswith("all"):  # "all" holds every split's tasks
             return None
-        default = "eval" if train == "train" else None
-        chosen = pick_split(cls.env_id, split, train=train, splits=("train", "eval", "all"), default=default)
+        chosen = pick_split(cls.env_id, split, train=train, splits=ladder.SPLITS, default=ladder.heldout_split(train))
         if chosen is None:
             return None
-        if chosen == "all":
+        if chosen.endswith("all"):
             raise ValueError(f"{cls.env_id}: split 'all' holds the training tasks too; it is not held out")
+        if ladder.parse_split(chosen)[1] == ladder.parse_split(train)[1]:  # the same tasks at another level
+            raise ValueError(
+                f"{cls.env_id}: split {chosen!r} holds the training tasks of {train!r}; it is not held out"
+            )
         return {**{k: v for k, v in train_kwargs.items() if k != "task_ids"}, "split": chosen}
 
     @classmethod
@@ -168,10 +183,17 @@ class DSBenchEnv(PipelineEnv):
     def on_episode_start(self, task: Task) -> None:
         assert self.record is not None
         written = {}
-        for name, path in self.ds_tasks[task.id].workspace_files().items():
+        ds = self.ds_tasks[task.id]
+        for name, path in ds.workspace_files().items():
             data = Path(path).read_bytes()
             self.session.write_file(name, data)
             written[name] = len(data)
+        if self.level == 0:  # the given pickles, written by the sandbox's own pandas (ladder.GIVEN_CODE)
+            result = self.session.run(ladder.given_code(ds))
+            if not result.ok:
+                raise RuntimeError(f"{task.id}: level 0's given files could not be made: {result.stderr[-500:]}")
+            files = self.session.files()
+            written.update({name: files[name] for name in ladder.GIVEN})
         self.record.metadata["workspace_files"] = written
 
     def grade(self, task: Task, record: EpisodeRecord) -> tuple[float, dict[str, Any]]:

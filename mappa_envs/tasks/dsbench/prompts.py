@@ -157,3 +157,39 @@ SMALL_EXAMPLES = {
 
 ROLE_PROMPTS = ("paper", "small")
 """``role_prompts`` values of DSBench: the prompts above (the default) or the small-model style."""
+
+# ------------------------------------------------------------------------------ ladder level 0 (see ladder.py)
+# The data engineer's files are given: it checks them and writes nothing; the others' prompts say so.
+GIVEN_CONTRACT_LINE = (
+    "- the data engineer writes ",
+    "- given in the workspace from the start (the data engineer checks them and writes nothing): ",
+)
+GIVEN_DATA_ENGINEER_SYSTEM = (
+    TEAM.replace(*GIVEN_CONTRACT_LINE) + "\n\nYou are the data engineer. On this task your files are given: "
+    "X_train.pkl, y_train.pkl and X_test.pkl are already in the workspace. Load them, check that X_train and X_test "
+    "have the same columns, that X_test has one row per row of test.csv and that nothing is missing, and tell the "
+    "modeler what they hold. Do not overwrite them."
+)
+GIVEN_DATA_ENGINEER_INSTRUCTION = (
+    "Check the given X_train.pkl, y_train.pkl and X_test.pkl: print their shapes and their number of missing values."
+)
+SMALL_GIVEN_DATA_ENGINEER_SYSTEM = (
+    SMALL_TEAM + " You are the data engineer: X_train.pkl, y_train.pkl and X_test.pkl are given; load them and "
+    "print their shapes."
+)
+SMALL_GIVEN_DATA_ENGINEER_INSTRUCTION = "Check X_train.pkl, y_train.pkl and X_test.pkl in one ```python block."
+SMALL_GIVEN_DATA_ENGINEER_REPLY = (
+    "```python\nimport pandas as pd\n"
+    'X_train = pd.read_pickle("X_train.pkl")\ny_train = pd.read_pickle("y_train.pkl")\n'
+    'X_test = pd.read_pickle("X_test.pkl")\n'
+    "print(X_train.shape, y_train.shape, X_test.shape)\n"
+    "print(int(X_train.isna().sum().sum()), int(X_test.isna().sum().sum()))\n```"
+)
+SMALL_GIVEN_EXAMPLE = (
+    (
+        f"## Task\n{SMALL_EXAMPLE_TASK.rstrip('.')}, X_train.pkl, y_train.pkl, X_test.pkl.\n\n"
+        f"## Your job\n{SMALL_GIVEN_DATA_ENGINEER_INSTRUCTION}",
+        SMALL_GIVEN_DATA_ENGINEER_REPLY,
+    ),
+)
+"""The level-0 data engineer's worked example (the made-up task with the given files in its workspace)."""

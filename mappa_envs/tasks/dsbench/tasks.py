@@ -57,6 +57,9 @@ class DSTask:
     licence: str = ""
     url: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    given: dict[str, Path] = field(default_factory=dict)
+    """Workspace files in place of, or besides, the task's own (name -> host path): a ladder level's prepared data
+    (:mod:`.ladder`). Scoring reads the task's own files only."""
 
     @property
     def task_type(self) -> str:
@@ -68,7 +71,7 @@ class DSTask:
         files = {"train.csv": self.train_file, "test.csv": self.test_file}
         if self.sample_file is not None:
             files["sample_submission.csv"] = self.sample_file
-        return files
+        return {**files, **self.given}
 
     def to_task(self) -> Task:
         """The env-level :class:`Task` (what is recorded in trajectories: no paths, no answers)."""
@@ -86,6 +89,7 @@ class DSTask:
                 "source": self.source,
                 "licence": self.licence,
                 "url": self.url,
+                **({"level": self.extra["level"]} if "level" in self.extra else {}),
             },
         )
 
