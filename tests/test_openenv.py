@@ -297,6 +297,30 @@ def test_the_cli_builds_the_server_from_its_options():
         policies_from_args(["verifier=run:/nonexistent-run"])
 
 
+def test_the_cli_refuses_a_wrong_seat_before_loading_any_model(monkeypatch):
+    """``mappa env serve --seat ... --policy ROLE=model:...``: an unknown seat or a role left without a policy is
+    refused before the policies are built (a local model can take minutes to load)."""
+    import argparse
+
+    from benchmarks.commands import serve
+
+    def no_models(*args, **kwargs):
+        raise AssertionError("policies were built before the seat was checked")
+
+    monkeypatch.setattr(serve, "policies_from_args", no_models)
+    parser = argparse.ArgumentParser()
+    serve.add_parser(parser.add_subparsers())
+    base = ["env", "serve", "mappa/MathChat-v0", "--sandbox", "subprocess"]
+    missing = parser.parse_args([*base, "--seat", "code_executor", "--policy", "problem_solver=model:smollm2-135m"])
+    with pytest.raises(
+        SystemExit, match=r"mappa env serve: seat 'code_executor': no policy for the roles \['verifier'\]"
+    ):
+        missing.func(missing)
+    unknown = parser.parse_args([*base, "--seat", "judge", "--policy", "verifier=model:smollm2-135m"])
+    with pytest.raises(SystemExit, match="no role 'judge'"):
+        unknown.func(unknown)
+
+
 def test_a_runs_exported_models_play_the_other_roles(tmp_path):
     """``--policy ROLE=run:RUN_DIR``: the model a run exported for ROLE (here the tiny random model copied where
     ``mappa train`` exports) plays it server-side, through the same seat-mode episode as a scripted policy; two

@@ -123,6 +123,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         env_kwargs["split"] = args.split
     if args.sandbox:
         env_kwargs["sandbox"] = args.sandbox
+    from mappa_envs.integrations.seat import check_seat
+
+    try:  # the seat and the roles --policy names, checked before any model is loaded for them
+        named = key_values(args.policy, "--policy")
+        check_seat(args.env_id, env_kwargs, args.seat, dict.fromkeys(named) or None)
+    except ValueError as e:
+        raise SystemExit(f"mappa env serve: {e}") from e
     others = policies_from_args(args.policy, args.max_tokens, args.temperature, args.engine) or None
     try:
         app = create_mappa_app(
