@@ -15,7 +15,7 @@ import io
 import math
 import threading
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,23 @@ from .metrics import METRICS, canonical, quality
 from .tasks import DSTask
 
 SUBMISSION = "submission.csv"
+Stage = Literal[
+    "missing",
+    "unreadable",
+    "empty",
+    "encoding",
+    "parse",
+    "duplicate_columns",
+    "columns",
+    "rows",
+    "ids",
+    "values",
+    "metric",
+]
+"""Where an invalid submission failed, in the order the scorer checks (a coach grades how close it came by it):
+no file, a file that cannot be read (unsafe, too large), empty, not UTF-8, not a CSV table, duplicate column names,
+wrong columns, wrong row count, ids that are not the test ids (or repeated), predictions of the wrong kind, a metric
+that cannot be computed."""
 _MISSING = {"", "nan", "none", "null", "na", "n/a"}
 
 
@@ -38,6 +55,8 @@ class Score:
     """The trivial baseline's value of the metric on the same test rows."""
     quality: float = 0.0
     rows: int | None = None
+    stage: Stage | None = None
+    """Where an invalid submission failed (:data:`Stage`); None when valid."""
 
     @property
     def success(self) -> bool:
@@ -155,54 +174,59 @@ def score_bytes(task: DSTask, data: bytes) -> Score:
     metric = METRICS[task.metric]
     ans = answers(task)
 
-    def invalid(reason: str, rows: int | None = None) -> Score:
-        return Score(False, reason, task.metric, baseline=ans.baseline, rows=rows)
+    def invalid(stage: Stage, reason: str, rows: int | None = None) -> Score:
+        return Score(False, reason, task.metric, baseline=ans.baseline, rows=rows, stage=stage)
 
     if len(data) > max_submission_bytes(task):
-        return invalid(f"{SUBMISSION} is {len(data)} bytes, over the {max_submission_bytes(task)}-byte limit")
+        return invalid(
+            "unreadable", f"{SUBMISSION} is {len(data)} bytes, over the {max_submission_bytes(task)}-byte limit"
+        )
     if not data.strip():
-        return invalid(f"{SUBMISSION} is empty")
+        return invalid("empty", f"{SUBMISSION} is empty")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        return invalid(f"{SUBMISSION} is not UTF-8 text ({e})")
+        return invalid("encoding", f"{SUBMISSION} is not UTF-8 text ({e})")
     try:
         sub = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except Exception as e:  # pandas' parser errors: ragged rows, bad quoting...
-        return invalid(f"{SUBMISSION} could not be parsed as CSV: {type(e).__name__}: {str(e)[:200]}")
+        return invalid("parse", f"{SUBMISSION} could not be parsed as CSV: {type(e).__name__}: {str(e)[:200]}")
     sub.columns = [str(c).strip() for c in sub.columns]
     expected = [task.id_column, *task.target_columns]
     if len(set(sub.columns)) != len(sub.columns):
-        return invalid(f"duplicate column names {list(sub.columns)[:10]}", len(sub))
+        return invalid("duplicate_columns", f"duplicate column names {list(sub.columns)[:10]}", len(sub))
     if set(sub.columns) != set(expected):
         missing = [c for c in expected if c not in sub.columns]
         extra = [c for c in sub.columns if c not in expected]
         return invalid(
+            "columns",
             f"wrong columns: expected {expected}, got {list(sub.columns)[:10]}"
             + (f" (missing {missing})" if missing else "")
             + (f" (unexpected {extra[:10]})" if extra else ""),
             len(sub),
         )
     if len(sub) != len(ans.ids):
-        return invalid(f"{len(sub)} rows, expected {len(ans.ids)} (one per row of test.csv)", len(sub))
+        return invalid("rows", f"{len(sub)} rows, expected {len(ans.ids)} (one per row of test.csv)", len(sub))
     ids = [canonical(v) for v in sub[task.id_column]]
     if len(set(ids)) != len(ids):
         dup = pd.Series(ids)[pd.Series(ids).duplicated()].unique()[:5].tolist()
-        return invalid(f"duplicate ids in {task.id_column!r}: {dup}", len(sub))
+        return invalid("ids", f"duplicate ids in {task.id_column!r}: {dup}", len(sub))
     unknown = [i for i in ids if i not in ans.index]
     if unknown:
-        return invalid(f"{len(unknown)} ids of {task.id_column!r} are not test ids, e.g. {unknown[:5]}", len(sub))
+        return invalid(
+            "ids", f"{len(unknown)} ids of {task.id_column!r} are not test ids, e.g. {unknown[:5]}", len(sub)
+        )
     order = np.array([ans.index[i] for i in ids])
     sub = sub.iloc[np.argsort(order)].reset_index(drop=True)  # rows in the answers' order
     pred, problem = _predictions(task, sub[list(task.target_columns)])
     if problem:
-        return invalid(problem, len(sub))
+        return invalid("values", problem, len(sub))
     try:
         value = float(metric.fn(ans.truth, pred))
     except Exception as e:
-        return invalid(f"the metric could not be computed: {type(e).__name__}: {str(e)[:200]}", len(sub))
+        return invalid("metric", f"the metric could not be computed: {type(e).__name__}: {str(e)[:200]}", len(sub))
     if not math.isfinite(value):
-        return invalid(f"the metric is not finite ({value})", len(sub))
+        return invalid("metric", f"the metric is not finite ({value})", len(sub))
     return Score(True, "", task.metric, value, ans.baseline, quality(metric, value, ans.baseline), len(sub))
 
 
@@ -214,19 +238,19 @@ def score_workspace(task: DSTask, session: Any) -> Score:
     device, a directory, a hard link (on a backend that does not isolate, maybe a host file's second name)."""
     ans = answers(task)
 
-    def invalid(reason: str) -> Score:
-        return Score(False, reason, task.metric, baseline=ans.baseline)
+    def invalid(stage: Stage, reason: str) -> Score:
+        return Score(False, reason, task.metric, baseline=ans.baseline, stage=stage)
 
     limit = max_submission_bytes(task)
     try:
         data = session.read_file(SUBMISSION, max_bytes=limit)
     except FileNotFoundError:
-        return invalid(f"no {SUBMISSION} in the workspace")
+        return invalid("missing", f"no {SUBMISSION} in the workspace")
     except ValueError as e:  # UnsafeFileError (names the file type), over the size limit, a read that took too long
-        return invalid(str(e))
+        return invalid("unreadable", str(e))
     except OSError as e:
-        return invalid(f"{SUBMISSION} could not be read: {e}")
+        return invalid("unreadable", f"{SUBMISSION} could not be read: {e}")
     return score_bytes(task, data)
 
 
-__all__ = ["SUBMISSION", "Score", "answers", "max_submission_bytes", "score_bytes", "score_workspace"]
+__all__ = ["SUBMISSION", "Score", "Stage", "answers", "max_submission_bytes", "score_bytes", "score_workspace"]
