@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..core import EpisodeRecord
-from .dsbench_rules import DSBenchCoach, printed_shapes, row_counts
+from .dsbench_rules import DSBenchCoach, _State, read_state
 from .protocol import CoachEvaluation, CoachInput, clamp
 
 Notes = list[list[tuple[float, str]]]
@@ -19,16 +19,14 @@ Notes = list[list[tuple[float, str]]]
 class DSBenchHindsightCoach:
     """The per-action scores of :class:`~mappa_envs.coach.dsbench_rules.DSBenchCoach`, then, knowing the outcome:
 
-    - **A broken hand-over** (the episode failed and a contract file is missing at the end): the first role, in
-      pipeline order, with a missing file: its last action -2; every later action that could not deliver or whose
-      code failed +1 (it was blocked); the last action of each earlier role that delivered all its files +1 (its
-      part was done).
-    - **A wrong row count** (every file there, the submission has the wrong number of rows): when the data
-      engineer's printed shapes show no X_test with test.csv's row count, its last action -2 and the analyst's last
-      +1 (the rows were lost upstream); otherwise the analyst's last action -2.
-    - **Another invalid submission** (columns, values) with every file there: the analyst's last action -1, the last
-      action of each other role that delivered +1.
-    - **Success**: every action +1, and the last action of each role + the submission's quality (0 to 1).
+    - **A broken hand-over** (the episode failed and, at the end, a contract file is missing or the env's check of it
+      found it unusable, such as an ``X_test.pkl`` without test.csv's rows; or a given file was changed): the first
+      role, in pipeline order, with such a file: its last action -2; every later action that could not deliver or
+      whose code failed +1 (it was blocked); the last action of each earlier role that delivered all its files +1.
+    - **An invalid submission** with every hand-over file usable: the analyst's last action -2 for the wrong row
+      count, -1 otherwise (columns, values); the last action of each other role that delivered +1.
+    - **Success**: the last action of each role that delivered (its files usable; a role that owes none: it broke
+      no given file) + the submission's quality (0 to 1), and +1 more when it beats the trivial baseline.
 
     An episode it cannot read keeps its per-action scores, each flagged as a fallback with the reason.
     """
@@ -61,55 +59,52 @@ class DSBenchHindsightCoach:
 def _blame(inputs: Sequence[CoachInput], record: EpisodeRecord, notes: Notes) -> None:
     """The hindsight adjustments (see :class:`DSBenchHindsightCoach`), appended to ``notes`` per action."""
     outcome = record.outcome or {}
-    contract = {role: tuple(files) for role, files in inputs[-1].artifacts}
+    end = read_state(inputs[-1])  # the workspace and the env's checks at the end
     order = list(dict.fromkeys(inp.role for inp in inputs))
     last = {inp.role: i for i, inp in enumerate(inputs)}
-    present = {f.path for f in inputs[-1].files if f.size > 0}
-    missing = {r: [p for p in contract.get(r, ()) if p not in present] for r in order}
-    delivered = [r for r in order if contract.get(r) and not missing[r]]
+    agent_role = {inp.agent: inp.role for inp in inputs}
+    failed: dict[str, list[str]] = {r: [p for p in end.contract.get(r, ()) if not end.usable(p)] for r in order}
+    for p in inputs[-1].given:  # a given file broken: charged to the role whose action the check followed
+        check = end.checks.get(p)
+        if not end.usable(p) and check is not None and check.agent in agent_role:
+            failed[agent_role[check.agent]].append(p)
+    delivered = [r for r in order if not failed[r]]
     if record.success:
-        quality = float(outcome.get("quality") or 0.0)
-        for n in notes:
-            n.append((+1, "the episode made a valid submission"))
-        for r in order:
-            notes[last[r]].append((min(1.0, max(0.0, quality)), f"its part of a submission of quality {quality:.3f}"))
+        quality = min(1.0, max(0.0, float(outcome.get("quality") or 0.0)))
+        bonus = 1.0 if outcome.get("beats_baseline", quality > 0) else 0.0
+        for r in delivered:
+            why = "beats the trivial baseline" if bonus else "no better than the trivial baseline: no bonus"
+            notes[last[r]].append((bonus, f"delivered its part of a valid submission that {why}"))
+            notes[last[r]].append((quality, f"its part of a submission of quality {quality:.3f}"))
         return
-    broken = next((r for r in order if missing[r] and r != order[-1]), None)
+    broken = next((r for r in order if failed[r] and r != order[-1]), None)
     if broken is not None:
-        notes[last[broken]].append((-2, f"its missing {', '.join(missing[broken])} failed the episode"))
+        what = ", ".join(_why(end, p) for p in failed[broken])
+        notes[last[broken]].append((-2, f"its {what} failed the episode"))
         for i in range(last[broken] + 1, len(inputs)):
             inp = inputs[i]
-            stuck = any(s != "ok" for s in inp.tool_status) or (contract.get(inp.role) and missing[inp.role])
+            stuck = any(s != "ok" for s in inp.tool_status) or bool(failed.get(inp.role))
             if inp.role != broken and stuck:
-                notes[i].append((+1, f"blocked by {broken}'s missing {', '.join(missing[broken])}"))
+                notes[i].append((+1, f"blocked by {broken}'s {', '.join(failed[broken])}"))
         for r in order[: order.index(broken)]:
-            if r in delivered:
+            if r in delivered and end.contract.get(r):
                 notes[last[r]].append((+1, "delivered its part of an episode that failed later"))
         return
     analyst = order[-1]
     reason = str(outcome.get("reason", ""))
-    if "rows, expected" in reason and "data_engineer" in last:
-        culprit = _rows_lost_upstream(inputs)
-        if culprit:
-            notes[last["data_engineer"]].append((-2, f"{culprit}: the submission's row count ({reason[:80]})"))
-            notes[last[analyst]].append((+1, "the test rows were lost before its turn"))
-            return
-    notes[last[analyst]].append((-2 if "rows, expected" in reason else -1, f"its invalid submission: {reason[:120]}"))
+    rows = outcome.get("stage") == "rows" or (outcome.get("stage") is None and "rows, expected" in reason)
+    notes[last[analyst]].append((-2 if rows else -1, f"its invalid submission: {reason[:120]}"))
     for r in delivered:
-        if r != analyst:
+        if r != analyst and end.contract.get(r):
             notes[last[r]].append((+1, "delivered its part; the submission failed after it"))
 
 
-def _rows_lost_upstream(inputs: Sequence[CoachInput]) -> str:
-    """Why the data engineer lost test rows ("" when its printed shapes show X_test whole, or nothing is known)."""
-    counts = row_counts(inputs[0].task)
-    engineer = [inp for inp in inputs if inp.role == "data_engineer"]
-    if counts is None or not engineer:
-        return ""
-    rows = {n for inp in engineer for out in inp.tool_stdout for n, _ in printed_shapes(out)}
-    if not rows or counts[1] in rows:
-        return ""
-    return f"no X_test shape it printed has test.csv's {counts[1]} rows (printed {sorted(rows)[:6]})"
+def _why(st: _State, path: str) -> str:
+    """``X_test.pkl`` missing, or unusable with the check's first problem."""
+    check = st.checks.get(path)
+    if path not in st.authors:
+        return f"missing {path}"
+    return f"unusable {path} ({check.problems[0]})" if check is not None and check.problems else f"unusable {path}"
 
 
 __all__ = ["DSBenchHindsightCoach"]

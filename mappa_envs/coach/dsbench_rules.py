@@ -1,121 +1,53 @@
-"""A DSBench rule coach that credits partial progress: how far each code block got, which hand-over files exist and
-look right, how close a submission came to valid.
+"""A DSBench rule coach that credits partial progress: how far each code block got, which hand-over files this
+action delivered and whether the env's own check of them found them usable, how close a submission came to valid.
 
 The general :class:`~mappa_envs.coach.RuleBasedCoach` charges a fixed penalty per rule, so a weak team's data
 engineer (an error and three missing files: 5 - 3 - 9) is clamped to 0 on every action and has nothing to learn
 from. :class:`DSBenchCoach` builds each score from the progress the action made instead; its rules are in the class
 docstring, and each evaluation's ``reasoning`` lists the points of every part. It reads only the coach input: the
-task text (the row counts DSBench-lite states), the action's code and what it printed, the workspace files with
-their authors and sizes (never their contents), the hand-over contract, and, unless ``use_outcome=False``, the
-host's scoring of the submission at the final agent's last action.
-
->>> from mappa_envs.coach.dsbench_rules import failure
->>> f = failure("import pandas as pd\\ny = pd.read_csv('train.csv')['rentals']\\n",
-...             'File "/tmp/code/cell_1.py", line 2, in <module>\\nKeyError: \\'rentals\\'')
->>> f.kind, f.line, f.lines
-('KeyError', 2, 2)
+action's code, its run's status and error, the workspace files with their authors and sizes, the env's check of each
+hand-over file (:class:`~mappa_envs.coach.protocol.FileCheck`: run in the sandbox, never on the host; never what the
+agent printed), the hand-over contract, and, unless ``use_outcome=False``, the host's scoring of the submission at
+the final agent's last action (its failure ``stage``, its validity and quality).
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, replace
 
 from ..core.text import prose
 from ..core.tools import get_tool
-from .protocol import NEUTRAL_SCORE, CoachEvaluation, CoachInput, clamp
+from .dsbench_code import STALLED, failure
+from .protocol import NEUTRAL_SCORE, CoachEvaluation, CoachInput, FileCheck, clamp
 from .rule_based import RuleBasedCoach
 
-_FRAME = re.compile(r'File "[^"]*cell[_\d]*\.py", line (\d+)')
-_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning))\b:? ?(.*)$", re.MULTILINE)
-_SHAPE = re.compile(r"\((\d+),\s*(\d*)\)")
-_ROWS = re.compile(r"train\.csv has (\d+) rows, test\.csv (\d+)")
-_DECIMAL = re.compile(r"-?\d*\.\d+")
-_WHY = {
-    "FileNotFoundError": "a file that is not in the workspace",
-    "KeyError": "a column or key the data does not have",
-    "ModuleNotFoundError": "a library that is not installed",
-    "ImportError": "a library that is not installed",
-    "NameError": "a name used before it was defined",
-    "ValueError": "a value of the wrong kind (text left unencoded, missing values, shapes that do not match)",
-    "TypeError": "a call with the wrong arguments",
-    "AttributeError": "an attribute the object does not have",
-    "SyntaxError": "code that does not parse",
-    "IndentationError": "code that does not parse",
+_STAGE_POINTS = {  # the scorer's failure stage (mappa_envs.tasks.dsbench.scoring.Stage): points of 5, meaning
+    "missing": (0.0, "no submission"),
+    "unreadable": (0.5, "a file that cannot be read"),
+    "empty": (0.5, "an empty file"),
+    "encoding": (0.5, "a file that is not text"),
+    "parse": (0.5, "a file that is not a CSV table"),
+    "duplicate_columns": (1.0, "a table with repeated column names"),
+    "columns": (1.0, "a table with the wrong columns"),
+    "rows": (1.5, "the right columns, the wrong number of rows"),
+    "ids": (1.5, "the right columns, ids that are not the test ids"),
+    "values": (2.0, "the right rows, predictions that cannot be scored"),
+    "metric": (2.0, "the right rows, predictions that cannot be scored"),
 }
-_SUBMISSION_GRADES = (  # (a phrase of scoring.py's reason, points out of 4, what it means)
-    ("no submission.csv", 0.0, "no submission"),
-    ("could not be parsed", 1.0, "a file that is not a CSV table"),
-    ("is empty", 1.0, "an empty file"),
-    ("not UTF-8", 1.0, "a file that is not text"),
-    ("columns", 2.0, "a table with the wrong columns"),
-    ("rows, expected", 3.0, "the right columns, the wrong number of rows"),
-    ("ids", 3.0, "the right columns, ids that are not the test ids"),
-    ("predictions", 3.5, "the right rows, predictions that cannot be scored"),
-    ("probabilities", 3.5, "the right rows, predictions that cannot be scored"),
-    ("RMSLE", 3.5, "the right rows, predictions that cannot be scored"),
-    ("metric", 3.5, "the right rows, predictions that cannot be scored"),
-)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Where and why a code block stopped: the exception, the failing line of the block and the block's length."""
-
-    kind: str
-    message: str
-    line: int | None
-    lines: int
-    """Lines of the block (0: its code is not known)."""
-    statement: str
-
-    @property
-    def progress(self) -> float:
-        """How far the block got, in [0, 1]: 0 for code that does not parse, else 0.2 (failed on its first line) to
-        0.8 (on its last); 0.4 when the line is unknown."""
-        if self.kind in ("SyntaxError", "IndentationError"):
-            return 0.0
-        if self.line is None or self.lines == 0:
-            return 0.4
-        return 0.2 + 0.6 * min(1.0, (self.line - 1) / max(1, self.lines - 1))
-
-    def describe(self) -> str:
-        where = f"line {self.line} of {self.lines or '?'}" if self.line else "an unknown line"
-        said = f" `{self.statement}`" if self.statement else ""
-        why = _WHY.get(self.kind.rpartition(".")[2], "an error")
-        return f"{where}{said} raised {self.kind}: {self.message[:120]} ({why})"
-
-
-def failure(code: str, stderr: str) -> Failure:
-    """The failure of ``code`` from its ``stderr``: the last traceback frame in the block (``cell_N.py``) and the
-    last exception line; unknown parts stay empty (an error without a traceback: a kill, a truncated stream)."""
-    lines = code.splitlines()
-    frames = _FRAME.findall(stderr)
-    line = int(frames[-1]) if frames else None
-    found = _EXCEPTION.findall(stderr)
-    kind, message = found[-1] if found else ("error", stderr.strip().splitlines()[-1][:200] if stderr.strip() else "")
-    statement = lines[line - 1].strip() if line is not None and 0 < line <= len(lines) else ""
-    return Failure(kind, message.strip(), line, len(lines), statement)
-
-
-def printed_shapes(text: str) -> list[tuple[int, int | None]]:
-    """The shapes printed in ``text``: ``(258, 9)`` -> (258, 9), ``(258,)`` -> (258, None)."""
-    return [(int(n), int(k) if k else None) for n, k in _SHAPE.findall(text)]
-
-
-def row_counts(task: str) -> tuple[int, int] | None:
-    """(train rows, test rows) as the task states them (DSBench-lite's "train.csv has N rows, test.csv M")."""
-    m = _ROWS.search(task)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+VALID, VALID_SPAN = 2.5, 2.5
+"""A valid submission's deliverable: ``VALID + VALID_SPAN x quality`` (quality 0: no better than the trivial
+baseline); the top of the band is reserved for submissions that beat the baseline."""
+RAW_TRAIN = "train.csv"
 
 
 class _Card:
-    """Points by part, each with the note that explains it."""
+    """Points by part, each with the note that explains it, and the fallback taken (None: none)."""
 
     def __init__(self) -> None:
         self.points: dict[str, float] = {}
         self.notes: list[str] = []
+        self.fallback: str | None = None
 
     def add(self, part: str, points: float, why: str) -> None:
         self.points[part] = self.points.get(part, 0.0) + points
@@ -130,31 +62,37 @@ class _Card:
 class DSBenchCoach:
     """Each action's score is the sum of three parts (0 to 10), from the progress it made.
 
-    - **Code (0-4)**: 1 + 3 x the mean progress of its blocks: a block that ran 1; one that failed 0.2 (first line)
-      to 0.8 (last line), 0 when it does not parse (the failing statement and the exception are named); a timeout
-      or out-of-memory 0.5; a block that failed on a hand-over file an earlier role owed and did not write 1 (it
-      went as far as its inputs allowed; the blame is upstream). A block the sandbox lost is left out. No code: 0
-      for an empty reply, 0.5 in a first turn; a later turn that concludes gets 3 when its files are delivered (or
-      it owes none), 1 otherwise.
-    - **Deliverable (0-5)**: 4 x the share of its contract files present (non-empty) and written by this agent,
-      plus 1 for evidence they are well-formed, only when all are there: the data engineer printed shapes with
-      test.csv's row count and a training row count (0.5 each, as the task states them; 0.5 unchecked when it
-      does not), the modeler printed a validation score, the analyst printed a shape with test.csv's row count.
-      At the final agent's last action with the host's scoring (``use_outcome``), the submission is graded
-      instead: no file 0, not a table 1, wrong columns 2, wrong rows or ids 3, predictions that cannot be scored
-      3.5, valid 4 + its quality (0-1). A role that owes nothing (the data engineer of ladder level 0) gets 2, +2
-      when its code ran (it checked the given files). A role blocked by a missing upstream file gets 2 when it
-      could not deliver.
-    - **Report (0-1)**: a blocked role that names the missing file (or says one is missing) +1; a block that ran and
-      printed something +1 otherwise.
+    - **Code (0-4)**: 1 + 3 x the mean progress of its blocks: a block that ran 1; one that failed 0.2 (on its first
+      working statement: imports and constants do not count) to 0.8 (its last), 0 when it does not parse (the
+      failing statement and the exception are named); a timeout or out-of-memory 0.2; a block that failed on a
+      hand-over file an earlier role owed and did not deliver usable 1 (the blame is upstream). A block the sandbox
+      lost is left out. No code: 0 for an empty reply, 0.5 in a first turn; a later turn that concludes gets 4 when
+      its files are delivered (or it owes none and broke nothing), 1 otherwise.
+    - **Deliverable (0-5)**, from the env's check of the files (:class:`FileCheck`), never from printouts: 4 x the
+      share of its contract files that are present, usable and its own, when this action wrote or changed one of
+      them, plus 1 when all are there and the check found no problem (missing values, a model that cannot predict
+      the test rows...). A later turn that changes none of its delivered files: their credit - 1 when it runs code
+      (a turn that did nothing new), their full credit when it concludes. At the final agent's last action with the
+      host's scoring (``use_outcome``), a submission it wrote is graded by the scorer's failure stage instead: no
+      file 0, unreadable or not a table 0.5, wrong columns 1, wrong rows or ids 1.5, predictions that cannot be
+      scored 2, valid 2.5 + 2.5 x its quality; a byte-for-byte copy of ``sample_submission.csv`` 0.5. A role that
+      owes no file (the data engineer of ladder level 0) keeps the given files intact: 2, 4 when a block that ran
+      loaded them; one that changed or removed a given file -2.
+    - **Report (0-1)**: a block that ran and printed something +1 (not in a turn that did nothing new).
+
+    **Blocked**: a role whose inputs (an earlier role's contract files, or a given file) are missing or unusable,
+    and that could not deliver, gets a neutral 5 (+1 when it names the actual missing file), unless it attempts a
+    workaround (writes one of its files, or reads ``train.csv`` itself): then the rules above.
 
     Inputs that are not DSBench's (no hand-over contract, a role without tools) are scored by the general rule
-    coach; an input this coach cannot read is a recorded fallback (neutral 5, ``fallback_used``), not a crash.
+    coach, without the ground truth and the outcome when blind, and flagged as a fallback; an input this coach
+    cannot read is a recorded fallback (neutral 5), not a crash; an outcome without its ``valid`` or ``stage`` key is
+    graded as best it can be and flagged.
     """
 
     use_outcome: bool = True
     """Read the host's scoring of the submission at the final action (``dsbench-rule``); False: judge the
-    submission by its file and printout alone (``dsbench-rule-blind``)."""
+    submission by the env's check of its file alone (``dsbench-rule-blind``)."""
     name: str = "dsbench-rule"
 
     def __post_init__(self) -> None:
@@ -168,9 +106,12 @@ class DSBenchCoach:
     def evaluate(self, inp: CoachInput) -> CoachEvaluation:
         start = time.perf_counter()
         if not inp.artifacts or not inp.tools:
+            if not self.use_outcome:  # blind: the general coach would read the answer
+                inp = replace(inp, ground_truth=None, outcome=None)
             ev = self._general.evaluate(inp)
+            why = "not a DSBench action (no contract or tools): scored by the general rule coach"
             return replace(
-                ev, backend=self.name, reasoning=f"not a DSBench action (no contract or tools): {ev.reasoning}"
+                ev, backend=self.name, reasoning=f"{why}: {ev.reasoning}", fallback_used=True, fallback_reason=why
             )
         try:
             card = score_action(inp, self.use_outcome)
@@ -190,47 +131,90 @@ class DSBenchCoach:
             backend=self.name,
             latency_s=time.perf_counter() - start,
             parse="rule",
+            fallback_used=card.fallback is not None,
+            fallback_reason=card.fallback,
         )
+
+
+@dataclass(frozen=True)
+class _State:
+    """The workspace as one action leaves it, read from the coach input."""
+
+    contract: dict[str, tuple[str, ...]]
+    checks: dict[str, FileCheck]
+    authors: dict[str, str | None]
+    owed: tuple[str, ...]
+    mine: list[str]
+    """Its contract files, present, usable and written by it."""
+    blocked: list[str]
+    """Its inputs (earlier roles' files, given files broken by another) that are missing or unusable."""
+    broke: list[str]
+    """Given files it changed or removed."""
+
+    def usable(self, path: str) -> bool:
+        check = self.checks.get(path)
+        return path in self.authors and (check is None or check.ok)
+
+
+def read_state(inp: CoachInput) -> _State:
+    contract = {role: tuple(files) for role, files in inp.artifacts}
+    checks = {c.path: c for c in inp.file_checks}
+    authors = {f.path: f.written_by for f in inp.files if f.size > 0}
+    state = _State(contract, checks, authors, contract.get(inp.role, ()), [], [], [])
+    state.mine.extend(p for p in state.owed if state.usable(p) and authors.get(p) == inp.agent)
+    state.blocked.extend(p for r in inp.earlier_roles for p in contract.get(r, ()) if not state.usable(p))
+    for p in inp.given:
+        if not state.usable(p):
+            by_me = p in checks and checks[p].agent == inp.agent
+            (state.broke if by_me else state.blocked).append(p)
+    return state
 
 
 def score_action(inp: CoachInput, use_outcome: bool = True) -> _Card:
     """The three parts of :class:`DSBenchCoach`'s score for one action."""
-    contract = {role: tuple(files) for role, files in inp.artifacts}
-    present = {f.path for f in inp.files if f.size > 0}
-    blocked = [p for r in inp.earlier_roles for p in contract.get(r, ()) if p not in present]
-    owed = contract.get(inp.role, ())
-    mine = [p for p in owed if any(f.path == p and f.size > 0 and f.written_by == inp.agent for f in inp.files)]
+    st = read_state(inp)
     card = _Card()
-    ran = _code_part(inp, owed, mine, blocked, card)
-    graded = use_outcome and inp.outcome is not None and "valid" in inp.outcome
-    if graded:
-        _submission_part(inp, blocked, card)
-    elif not owed:
-        done = ran or (not inp.tool_status and inp.turn > 1)  # its code ran, or it concludes after an earlier turn
-        card.add(
-            "deliverable", 2 + (2 if done else 0), "owes no file" + (" and checked the given ones" if done else "")
-        )
-    elif blocked and len(mine) < len(owed):
-        card.add("deliverable", 2, f"could not deliver: blocked by the missing upstream {', '.join(blocked)}")
+    if st.blocked and len(st.mine) < len(st.owed) and not _workaround(inp, st):
+        card.add("blocked", NEUTRAL_SCORE, f"blocked by the missing or unusable upstream {', '.join(st.blocked)}")
+        said = prose(inp.output)
+        named = [p for p in st.blocked if p in said]
+        if named:
+            card.add("report", 1, f"names the missing {', '.join(named)}")
+        return card
+    touched = bool(set(inp.changed) & set(st.owed))
+    idle = inp.turn > 1 and not touched and bool(inp.tool_status) and _delivered(st)  # nothing new after delivery
+    ran = _code_part(inp, st, card)
+    outcome = inp.outcome if use_outcome else None
+    if outcome is not None and "valid" not in outcome:
+        card.fallback = "an outcome without 'valid': the submission judged by its file check"
+        outcome = None
+    submission = next(iter(st.owed), None) if st.owed == ("submission.csv",) else None
+    if outcome is not None and submission and st.authors.get(submission, inp.agent) == inp.agent:
+        _graded_part(inp, outcome, st, card)
+    elif not st.owed:
+        _owes_nothing_part(inp, st, ran, idle, card)
     else:
-        share = len(mine) / len(owed)
-        missing = [p for p in owed if p not in mine]
-        card.add("deliverable", 4 * share, f"wrote {len(mine)}/{len(owed)} of its files" + _listed(missing))
-        if not missing:
-            card.add("deliverable", *_well_formed(inp))
-    said = prose(inp.output).lower()
-    if blocked and (any(p.lower() in said for p in blocked) or "missing" in said):
-        card.add("report", 1, f"names the missing upstream {', '.join(blocked)}")
-    elif ran and any(s.strip() for s in inp.tool_stdout):
+        _contract_part(inp, st, touched, idle, card)
+    if ran and not idle and any(s.strip() for s in inp.tool_stdout):
         card.add("report", 1, "its code printed what it did")
     return card
+
+
+def _delivered(st: _State) -> bool:
+    """Its files are all delivered (or it owes none and broke nothing)."""
+    return len(st.mine) == len(st.owed) and not st.broke
+
+
+def _workaround(inp: CoachInput, st: _State) -> bool:
+    """A blocked role that writes one of its files or reads the raw training data itself (to rebuild its inputs)."""
+    return bool(set(inp.changed) & set(st.owed)) or any(RAW_TRAIN in code for code in _calls(inp))
 
 
 def _listed(missing: list[str]) -> str:
     return f" (missing {', '.join(missing)})" if missing else ""
 
 
-def _code_part(inp: CoachInput, owed: tuple[str, ...], mine: list[str], blocked: list[str], card: _Card) -> bool:
+def _code_part(inp: CoachInput, st: _State, card: _Card) -> bool:
     """The code part; returns whether every block that ran ran without error."""
     if not inp.output.strip():
         card.add("code", 0, "empty reply")
@@ -238,10 +222,10 @@ def _code_part(inp: CoachInput, owed: tuple[str, ...], mine: list[str], blocked:
     if not inp.tool_status:
         if inp.turn <= 1:
             card.add("code", 0.5, "no code to run in its first turn")
-        elif len(mine) == len(owed):
-            card.add("code", 3, "concludes after delivering its files" if owed else "concludes")
+        elif _delivered(st):
+            card.add("code", 4, "concludes after delivering its files" if st.owed else "concludes")
         else:
-            card.add("code", 1, "stops without delivering" + _listed([p for p in owed if p not in mine]))
+            card.add("code", 1, "stops without delivering" + _listed([p for p in st.owed if p not in st.mine]))
         return False
     blocks = _calls(inp)
     progress, notes = [], []
@@ -252,11 +236,11 @@ def _code_part(inp: CoachInput, owed: tuple[str, ...], mine: list[str], blocked:
         elif status == "ok":
             progress.append(1.0)
         elif status in ("timeout", "oom"):
-            progress.append(0.5)
+            progress.append(STALLED)
             notes.append(f"block {i + 1} hit the {status} limit")
         else:
             f = failure(blocks[i] if i < len(blocks) else "", stderr)
-            upstream = f.kind.endswith("FileNotFoundError") and any(p in f.message for p in blocked)
+            upstream = any(p in f.message or p in f.statement for p in st.blocked)
             progress.append(1.0 if upstream else f.progress)  # it went as far as its inputs allowed
             notes.append(f"block {i + 1}: {f.describe()}" + (", an upstream file: blocked" if upstream else ""))
     if not progress:
@@ -276,56 +260,70 @@ def _calls(inp: CoachInput) -> list[str]:
         return []
 
 
-def _well_formed(inp: CoachInput) -> tuple[float, str]:
-    """Evidence, from what the action printed, that its files are right (points out of 1 and why)."""
-    printed = "\n".join(inp.tool_stdout)
-    shapes = printed_shapes(printed)
-    counts = row_counts(inp.task)
-    if inp.role not in ("data_engineer", "analyst"):  # the modeler: a validation score
-        if _DECIMAL.search(printed):
-            return 1.0, "printed a validation score"
-        return 0.0, "printed no validation score"
-    if counts is None:
-        return 0.5, "the task states no row counts: shapes unchecked"
-    n_train, n_test = counts
-    rows = {n for n, _ in shapes}
-    if inp.role == "analyst":
-        if n_test in rows:
-            return 1.0, f"printed a shape with test.csv's {n_test} rows"
-        return 0.0, f"printed no shape with test.csv's {n_test} rows" + (f" (shapes {sorted(rows)})" if rows else "")
-    points, why = 0.0, []
-    if n_test in rows:
-        points += 0.5
-        why.append(f"X_test keeps test.csv's {n_test} rows")
+def _problems(st: _State, paths: list[str] | tuple[str, ...]) -> list[str]:
+    return [f"{p}: {q}" for p in paths if p in st.checks for q in st.checks[p].problems]
+
+
+def _contract_part(inp: CoachInput, st: _State, touched: bool, idle: bool, card: _Card) -> None:
+    """The deliverable of a role that owes files, from the env's check of them."""
+    missing = [p for p in st.owed if p not in st.mine]
+    if st.blocked and missing:
+        card.add("deliverable", 2, f"could not deliver: blocked by the upstream {', '.join(st.blocked)}")
+        return
+    if not touched and not (inp.turn > 1 and _delivered(st)):
+        card.add("deliverable", 0, "wrote none of its files in this action" + _listed(missing))
+        return
+    share = len(st.mine) / len(st.owed)
+    mine = f"{len(st.mine)}/{len(st.owed)} of its files usable" + _listed(missing)
+    bad = [f"{p}: {'; '.join(st.checks[p].problems[:2])}" for p in missing if p in st.checks and p in st.authors]
+    card.add("deliverable", 4 * share, mine + (f" (not usable: {' | '.join(bad)})" if bad else ""))
+    if not missing:
+        unchecked = [p for p in st.owed if p not in st.checks]
+        problems = _problems(st, st.owed)
+        if unchecked:
+            card.add("deliverable", 0, f"no check recorded of {', '.join(unchecked)}")
+        elif problems:
+            card.add("deliverable", 0, "the check found " + " | ".join(problems[:4]))
+        else:
+            card.add("deliverable", 1, "the check found them well-formed")
+    if idle:
+        card.add("deliverable", -1, "a turn after delivering that changed none of its files")
+
+
+def _owes_nothing_part(inp: CoachInput, st: _State, ran: bool, idle: bool, card: _Card) -> None:
+    """A role that owes no file: it keeps the given files intact, and is credited for loading them."""
+    if st.broke:
+        card.add("deliverable", -2, f"changed or removed the given {', '.join(st.broke)} (keep them intact)")
+        return
+    loaded = ran and any(g in code for code in _calls(inp) for g in inp.given)
+    if loaded or (not inp.tool_status and inp.turn > 1):
+        card.add("deliverable", 4, "loaded the given files and kept them intact" if loaded else "owes no file")
     else:
-        why.append(f"no printed shape has test.csv's {n_test} rows")
-    if any(0 < n <= n_train and n != n_test for n in rows):
-        points += 0.5
-        why.append("a training shape printed")
-    train_widths = {k for n, k in shapes if k and n != n_test}
-    test_widths = {k for n, k in shapes if k and n == n_test}
-    if train_widths and test_widths and not train_widths & test_widths:
-        points /= 2
-        why.append(f"train and test features differ in width ({sorted(train_widths)} vs {sorted(test_widths)})")
-    return points, "; ".join(why)
+        card.add("deliverable", 2, "owes no file" + ("; its code did not load the given files" if inp.given else ""))
+    if idle:
+        card.add("deliverable", -1, "a later turn with nothing left to do")
 
 
-def _submission_part(inp: CoachInput, blocked: list[str], card: _Card) -> None:
-    """The final action's submission, graded by the host's scoring (how close an invalid one came)."""
-    assert inp.outcome is not None
-    if inp.outcome["valid"]:
-        quality = float(inp.outcome.get("quality") or 0.0)
-        card.add("deliverable", 4 + min(1.0, max(0.0, quality)), f"a valid submission, quality {quality:.3f}")
+def _graded_part(inp: CoachInput, outcome: dict, st: _State, card: _Card) -> None:
+    """The final action's own submission, graded by the host's scoring (how close an invalid one came)."""
+    check = st.checks.get("submission.csv")
+    copied = check is not None and any("copy of sample_submission.csv" in p for p in check.problems)
+    if copied:
+        card.add("deliverable", 0.5, "a byte-for-byte copy of sample_submission.csv")
         return
-    reason = str(inp.outcome.get("reason", ""))
-    if blocked and "no submission.csv" in reason:
-        card.add("deliverable", 2, f"no submission: blocked by the missing upstream {', '.join(blocked)}")
+    reason = str(outcome.get("reason", ""))[:160]
+    if outcome["valid"]:
+        quality = min(1.0, max(0.0, float(outcome.get("quality") or 0.0)))
+        band = "beats the trivial baseline" if quality > 0 else "no better than the trivial baseline"
+        card.add("deliverable", VALID + VALID_SPAN * quality, f"a valid submission, quality {quality:.3f} ({band})")
         return
-    for phrase, points, meaning in _SUBMISSION_GRADES:
-        if phrase in reason:
-            card.add("deliverable", points, f"{meaning}: {reason[:160]}")
-            return
-    card.add("deliverable", 1, f"an invalid submission: {reason[:160]}")
+    stage = outcome.get("stage")
+    if stage not in _STAGE_POINTS:
+        card.fallback = f"an invalid outcome without a known failure stage ({stage!r}): graded as unscorable"
+        card.add("deliverable", 0.5, f"an invalid submission: {reason}")
+        return
+    points, meaning = _STAGE_POINTS[stage]
+    card.add("deliverable", points, f"{meaning}: {reason}")
 
 
-__all__ = ["DSBenchCoach", "Failure", "failure", "printed_shapes", "row_counts", "score_action"]
+__all__ = ["VALID", "VALID_SPAN", "DSBenchCoach", "read_state", "score_action"]

@@ -37,6 +37,25 @@ class FileInfo:
 
 
 @dataclass(frozen=True)
+class FileCheck:
+    """What the env's own check of a hand-over file found (DSBench: :mod:`mappa_envs.tasks.dsbench.check`, run in
+    the sandbox after the action that last touched a contract file; recorded in that action's
+    ``info["workspace_check"]``)."""
+
+    path: str
+    present: bool
+    ok: bool
+    """Usable as the contract says (it loads, with the rows and columns it must have)."""
+    problems: tuple[str, ...] = ()
+    """What is wrong with it, hard (``ok`` False) or soft (missing values, a model that cannot predict...)."""
+    rows: int | None = None
+    agent: str = ""
+    """The agent whose action the check followed."""
+    given: bool = False
+    """A file the task gave, to be kept intact."""
+
+
+@dataclass(frozen=True)
 class CoachInput:
     """Everything a coach is told about one action."""
 
@@ -85,6 +104,12 @@ class CoachInput:
     system_prompt: str = ""
     """The agent's system prompt and the worked example turns it was shown (``Role.examples``): a rule-based coach
     recognises a copied example by them (:class:`mappa_envs.coach.RuleBasedCoach`)."""
+    file_checks: tuple[FileCheck, ...] = ()
+    """The latest check of each hand-over file, up to and including this action (:class:`FileCheck`)."""
+    given: tuple[str, ...] = ()
+    """Files the task gave that every role must keep intact (DSBench ladder level 0's pickles)."""
+    changed: tuple[str, ...] = ()
+    """The workspace files this action's code created, modified or deleted."""
 
     def key(self) -> str:
         """Cache key: a hash of the whole input."""
@@ -222,6 +247,23 @@ def workspace_files(record: EpisodeRecord, actions: list[ActionRecord]) -> tuple
     return tuple(FileInfo(p, sizes.get(p, 0), a) for p, a in sorted(written.items()))
 
 
+def file_checks(actions: list[ActionRecord]) -> tuple[FileCheck, ...]:
+    """The latest recorded check of each file over ``actions`` (``info["workspace_check"]["files"]``)."""
+    latest: dict[str, FileCheck] = {}
+    for act in actions:
+        for path, e in (act.info.get("workspace_check") or {}).get("files", {}).items():
+            latest[path] = FileCheck(
+                path,
+                bool(e.get("present")),
+                bool(e.get("ok")),
+                tuple(str(p) for p in e.get("problems", ())),
+                e.get("rows") if isinstance(e.get("rows"), int) else None,
+                act.agent,
+                bool(e.get("given")),
+            )
+    return tuple(latest[p] for p in sorted(latest))
+
+
 def _tool_results(action: ActionRecord) -> dict[str, tuple[str, ...]]:
     """The statuses and the program's own output of the action's tool calls (:class:`CoachInput` fields)."""
     results = [c.result for c in action.tool_calls]
@@ -291,4 +333,7 @@ def inputs_for_episode(
         answers=answers,
         role_guidance=guidance,
         system_prompt="\n\n".join(m["content"] for m in scaffold),
+        file_checks=file_checks([*earlier, action]),
+        given=tuple(record.metadata.get("given_files", ())),
+        changed=tuple(sorted({c.path for call in action.tool_calls for c in call.result.files_changed})),
     )

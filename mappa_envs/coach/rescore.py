@@ -132,7 +132,7 @@ class _EnvMeta:
                     template=env.coach_template,
                     final_agent=env.roles[-1].agent,
                     is_final=act.index == last,  # the wrapper scores the episode's last action knowing it ended
-                    artifacts=dict(env.artifacts) or None,
+                    artifacts=env.artifacts_for(record) or None,  # the record's own (a ladder level's)
                     tools=role.tools,
                     answers=role.answers,
                     guidance=role.coach_guidance,

@@ -207,7 +207,7 @@ class CoachRewardWrapper(_RewardWrapper):
             template=template,
             final_agent=env.roles[-1].agent,
             is_final=finished,
-            artifacts=dict(env.artifacts) or None,
+            artifacts=env.artifacts_for(env.record) or None,
             tools=env.role(agent).tools,
             answers=env.role(agent).answers,
             guidance=env.role(agent).coach_guidance,

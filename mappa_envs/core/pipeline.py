@@ -177,6 +177,15 @@ class PipelineEnv(AECEnv, abc.ABC):
     def on_episode_start(self, task: Task) -> None:
         """Prepare the workspace for ``task`` (e.g. copy data files via ``self.session.write_file``)."""
 
+    def on_action(self, action: ActionRecord) -> None:
+        """Called with each action once it is recorded, before the next agent acts or the episode is graded (e.g. to
+        check the files it wrote and note the result in ``action.info``)."""
+
+    def artifacts_for(self, record: EpisodeRecord) -> dict[str, tuple[str, ...]]:
+        """The hand-over contract ``record`` was played under (a task whose contract varies per task reads it from
+        the record's metadata); by default :attr:`artifacts`."""
+        return dict(self.artifacts)
+
     def role(self, agent: str) -> Role:
         """The :class:`Role` an agent plays."""
         return self._role_of[agent]
@@ -294,6 +303,7 @@ class PipelineEnv(AECEnv, abc.ABC):
             raw_output_b64=parsed.raw_b64,
         )
         self.record.actions.append(record)
+        self.on_action(record)
         self._clear_rewards()
         self.infos[agent] = {
             "role": role.name,

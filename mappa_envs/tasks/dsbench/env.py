@@ -12,14 +12,20 @@ action              text: the agent's reply; its ```python blocks run in the san
                     ends the agent's turns
 reward              at the end, to every agent: the submission's normalised quality in [0, 1]
                     (``reward="success"``: 1.0 for a valid submission)
-terminal infos      ``valid``, ``reason``, ``metric``, ``value``, ``baseline``, ``quality``, ``success``,
-                    ``beats_baseline``, ``rows``, ``summary``
+terminal infos      ``valid``, ``reason``, ``stage`` (where an invalid one failed), ``metric``, ``value``,
+                    ``baseline``, ``quality``, ``success``, ``beats_baseline``, ``rows``, ``summary``
+action info         ``workspace_check``: after an action that wrote, changed or deleted a contract file, what
+                    the hand-over check found, run in the sandbox (:mod:`.check`: each file loaded, its rows,
+                    columns and problems; the given files' hashes at ladder level 0)
 ==================  ==================================================================================
 
 The submission is scored on the host from ``submission.csv`` only (:mod:`.scoring`): nothing an agent wrote is
 unpickled outside the sandbox. The sandbox is ``auto`` by default (unless ``$MAPPA_SANDBOX`` names another): Docker
 where an engine runs, else bubblewrap, else plain subprocesses (with a warning); the backend used is in
 ``record.metadata["sandbox"]``.
+
+The ladder level is the tasks' own (``extra["level"]``; tasks of several levels are refused), and each record keeps
+it (``metadata["level"]``), so a re-score applies that level's contract (:meth:`DSBenchEnv.artifacts_for`).
 
 Arguments: ``suite`` (``lite``: the bundled DSBench-lite, built on first use; ``dsbench``: the original DSBench
 data, which needs ``data_dir``), ``split`` (``train``, ``eval`` or ``all``; DSBench-lite's difficulty ladder adds
@@ -34,7 +40,7 @@ Held-out tasks (:meth:`DSBenchEnv.heldout_kwargs`): split ``eval`` of the same s
 that trains on split ``train`` (``levelK-eval`` for ``levelK-train``).
 
 Version history: v0, initial release; the ladder's ``levelK-*`` splits were added later (the plain splits are
-unchanged).
+unchanged), then the hand-over check and the outcome's ``stage``.
 """
 
 from __future__ import annotations
@@ -43,11 +49,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from sandboxes import Limits, Sandbox
 
-from ...core import PYTHON_TOOL, EpisodeRecord, PipelineEnv, Role, Task
+from ...core import PYTHON_TOOL, ActionRecord, EpisodeRecord, PipelineEnv, Role, Task
 from ...heldout import pick_split
-from . import ladder, prompts
+from . import check, ladder, prompts
 from .scoring import score_workspace
 from .tasks import DSTask, load_dsbench
 
@@ -81,6 +89,15 @@ def dsbench_roles(turns: int = 4, role_prompts: str = "paper", level: int = ladd
         )
 
     return tuple(role(name) for name in ("data_engineer", "modeler", "analyst"))
+
+
+def task_level(tasks: Sequence[DSTask]) -> int:
+    """The ladder level of ``tasks`` (``extra["level"]``; the top level when unset); tasks of several levels are
+    refused: the hand-over contract and the prompts are one level's."""
+    levels = {int(t.extra.get("level", ladder.TOP_LEVEL)) for t in tasks}
+    if len(levels) > 1:
+        raise ValueError(f"DSBench tasks of several ladder levels {sorted(levels)}: give one level's tasks")
+    return levels.pop() if levels else ladder.TOP_LEVEL
 
 
 class DSBenchEnv(PipelineEnv):
@@ -131,9 +148,11 @@ class DSBenchEnv(PipelineEnv):
                 raise KeyError(f"unknown DSBench task ids {unknown}; available: {sorted(by_id)}")
             ds = [by_id[i] for i in task_ids]
         self.suite, self.split, self.reward_kind, self.role_prompts = suite, split, reward, role_prompts
-        self.level = ladder.parse_split(split)[0] if suite == "lite" and tasks is None else ladder.TOP_LEVEL
+        self.level = task_level(ds)
         self.artifacts = ladder.artifacts(self.level)
         self.ds_tasks: dict[str, DSTask] = {t.id: t for t in ds}
+        self._row_counts: dict[str, tuple[int, int]] = {}
+        self._given_sha256: dict[str, str] = {}
         if sandbox is None or isinstance(sandbox, str):
             sandbox_kwargs = {"limits": DEFAULT_LIMITS, **(sandbox_kwargs or {})}
         super().__init__(
@@ -168,6 +187,11 @@ class DSBenchEnv(PipelineEnv):
         """``dsbench:<split>``: that split of DSBench-lite."""
         return {"suite": "lite", "split": split}
 
+    def artifacts_for(self, record: EpisodeRecord) -> dict[str, tuple[str, ...]]:
+        """The contract of ``record``'s ladder level (``metadata["level"]``); this env's for a record without one."""
+        level = record.metadata.get("level")
+        return dict(self.artifacts) if level is None else ladder.artifacts(int(level))
+
     def ds_task(self, task: Task | None = None) -> DSTask:
         """The host-side :class:`DSTask` of ``task`` (default: the current episode's)."""
         task = task or self.task
@@ -182,7 +206,7 @@ class DSBenchEnv(PipelineEnv):
 
     def on_episode_start(self, task: Task) -> None:
         assert self.record is not None
-        written = {}
+        written, self._given_sha256 = {}, {}
         ds = self.ds_tasks[task.id]
         for name, path in ds.workspace_files().items():
             data = Path(path).read_bytes()
@@ -194,7 +218,35 @@ class DSBenchEnv(PipelineEnv):
                 raise RuntimeError(f"{task.id}: level 0's given files could not be made: {result.stderr[-500:]}")
             files = self.session.files()
             written.update({name: files[name] for name in ladder.GIVEN})
+            self.record.metadata["given_files"] = list(ladder.GIVEN)  # to keep intact (the coach's contract)
+            self._given_sha256 = {n: check.sha256(self.session.read_file(n)) for n in ladder.GIVEN}
         self.record.metadata["workspace_files"] = written
+        self.record.metadata["level"] = self.level
+
+    def _rows(self, ds: DSTask) -> tuple[int, int]:
+        """(train.csv rows, test.csv rows) of the task's workspace files, read on the host (its own copies)."""
+        if ds.id not in self._row_counts:
+            files = ds.workspace_files()
+            train, test = (pd.read_csv(files[n], usecols=[ds.id_column]) for n in ("train.csv", "test.csv"))
+            self._row_counts[ds.id] = (len(train), len(test))
+        return self._row_counts[ds.id]
+
+    def on_action(self, action: ActionRecord) -> None:
+        """An action that wrote, changed or deleted a contract file: the hand-over check (:mod:`.check`) in the
+        sandbox, recorded in ``action.info["workspace_check"]`` for the coaches."""
+        changed = {c.path for call in action.tool_calls for c in call.result.files_changed}
+        if not changed & set(check.CHECKED):
+            return
+        ds = self.ds_task()
+        train_rows, test_rows = self._rows(ds)
+        action.info["workspace_check"] = check.run_check(
+            self.session,
+            train_rows=train_rows,
+            test_rows=test_rows,
+            columns=[ds.id_column, *ds.target_columns],
+            given_sha256=self._given_sha256 if self.level == 0 else None,
+            sample=ds.sample_file,
+        )
 
     def grade(self, task: Task, record: EpisodeRecord) -> tuple[float, dict[str, Any]]:
         ds = self.ds_tasks[task.id]
