@@ -184,6 +184,7 @@ def test_the_chatml_template_renders_tool_calls_and_plain_conversations_as_befor
 
 
 @needs_trl
+@pytest.mark.slow  # the bundled model's two GRPO steps: minutes on 2 cores, make test's, not make test-fast's
 def test_two_grpo_steps_of_the_bundled_model_train_the_seat_on_its_reward(tmp_path, monkeypatch):
     """docs/integrations.md's TRL recipe, run as written: its asserts are the acceptance (a group's rewards differ,
     and with weight decay 0 the weights move, so through the reward's gradient: Adam takes no step on a zero one)."""
