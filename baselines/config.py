@@ -40,8 +40,10 @@ class TrainConfig:
     'keep' trains on the tokens sampled (no EOS added). 'mask' is the reference's ``mask_truncated_completions``."""
     coach: str = "rule"
     """Process-reward coach: 'rule', 'rule-hindsight' (one call per finished episode, every action scored knowing the
-    outcome), 'none' (outcome-only runs) or 'package.module:factory' (a callable returning a coach, e.g. an
-    ``LLMCoach`` on your server). 'rule' is RuleBasedCoach, 'rule-hindsight' RuleHindsightCoach."""
+    outcome), DSBench's progress coaches 'dsbench-rule', 'dsbench-rule-blind' and 'dsbench-rule-hindsight', 'none'
+    (outcome-only runs) or 'package.module:factory' (a callable returning a coach, e.g. an ``LLMCoach`` on your
+    server); any spec of mappa_envs.coach.coach_from_spec. 'rule' is RuleBasedCoach, 'rule-hindsight'
+    RuleHindsightCoach."""
     share_model: bool = False
     """One model for every role (single-process trainer only). The same as ``role_weights`` with every other role
     ``shared:<first role>``; the default gives each role its own weights."""

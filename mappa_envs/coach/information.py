@@ -9,8 +9,9 @@ stored in a run's ``config.json`` (``reward_information``), in result files and 
 label                      the reward sees
 =========================  =====================================================================================
 ``none``                   neither an answer key nor the outcome (e.g. :class:`~mappa_envs.coach.LengthCoach`)
-``outcome``                whether the episode succeeded, once it is over (outcome-only training; a hindsight
-                           coach's blame)
+``outcome``                how the episode ended, once it is over: whether it succeeded and, for a graded task,
+                           the figures of its scoring (DSBench: validity, the scorer's reason and stage, quality)
+                           (outcome-only training; a hindsight coach's blame)
 ``final-answer-key``       the ground truth when scoring the final agent's answer, nothing of it for earlier
                            agents: the method's coach (``../docs/concepts.md``; METHOD.md)
 ``per-action-answer-key``  the ground truth when scoring any agent's action (e.g. a code executor's printout
