@@ -67,6 +67,27 @@ def test_prepared_files_keep_ids_and_target_and_the_scoring(task_id):
     assert score_bytes(level1, sample) == score_bytes(top, sample)
 
 
+def test_level_1_files_are_made_again_when_their_sources_change(tmp_path):
+    """The cleaned files are stamped with what they derive from (the ladder's version, pandas', the source files'
+    bytes): a stale or unstamped copy is made again, never silently used."""
+    from dataclasses import replace
+
+    from mappa_envs.tasks.dsbench.ladder import _cleaned_files
+
+    top = next(t for t in load_lite("all").tasks if t.id == "penguin-species")
+    train_path = _cleaned_files(top, tmp_path)[0]
+    fresh = train_path.read_bytes()
+    train_path.write_text("id,stale\n1,2\n")  # a copy left by a build from before the stamp
+    (tmp_path / top.id / "source.sha256").unlink()
+    assert _cleaned_files(top, tmp_path)[0].read_bytes() == fresh
+    raw = tmp_path / "raw-train.csv"
+    lines = top.train_file.read_text().splitlines(keepends=True)
+    raw.write_text("".join(lines[:-1]))  # the source lost its last row: another derivation
+    changed = replace(top, train_file=raw)
+    again, _ = _cleaned_files(changed, tmp_path)
+    assert len(pd.read_csv(again)) == len(lines) - 2 and not list(tmp_path.glob(".*stale*"))
+
+
 def test_level_0_gives_the_data_engineers_files_and_says_so():
     env = make_env(split="level0-eval", turns=1, role_prompts="small")
     u = env.unwrapped

@@ -18,13 +18,16 @@ level  splits                          the workspace starts with                
 Each level has DSBench-lite's 14 training and 4 held-out tasks (``levelK-all``: the 18). A submission is scored
 exactly as at the top level: the answers and the trivial baseline come from the original files, and the ids and
 the target are never changed. The cleaned files are derived on the host from the verified build (under
-``<lite build>/ladder-v1/``, made on first use); the pickles of level 0 are written inside the sandbox at the start
-of each episode (:data:`GIVEN_CODE`), by the sandbox's own pandas, so that they load there whatever the host's
-version.
+``<lite build>/ladder-v1/``, made on first use and again when what they derive from changes). The cleaning is
+transductive in the features only: category codes and date parts are chosen from the train and test features
+together (never from a target or an answer), missing values are filled with the training median. The pickles of
+level 0 are written inside the sandbox at the start of each episode (:data:`GIVEN_CODE`), by the sandbox's own
+pandas, so that they load there whatever the host's version.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -127,12 +130,30 @@ def clean(train: pd.DataFrame, test: pd.DataFrame, id_column: str, targets: Sequ
     return out_train, out_test
 
 
+def _source_digest(task: DSTask) -> str:
+    """What level 1's files of ``task`` are derived from: the ladder's version, pandas' and the source files' bytes."""
+    h = hashlib.sha256(f"{LADDER_VERSION}\0pandas {pd.__version__}\0".encode())
+    for path in (task.train_file, task.test_file):
+        h.update(Path(path).read_bytes())
+    return h.hexdigest()
+
+
 def _cleaned_files(task: DSTask, root: Path) -> tuple[Path, Path]:
-    """Level 1's train.csv and test.csv of ``task`` under ``root``, derived on first use (atomically)."""
+    """Level 1's train.csv and test.csv of ``task`` under ``root``, derived on first use (atomically) and again
+    whenever what they derive from changed (:func:`_source_digest`, kept beside them in ``source.sha256``)."""
     folder = root / task.id
     train_path, test_path = folder / "train.csv", folder / "test.csv"
-    if train_path.is_file() and test_path.is_file():
+    digest = _source_digest(task)
+    stamp = folder / "source.sha256"
+    if train_path.is_file() and test_path.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
         return train_path, test_path
+    if folder.exists():  # stale (other sources, another pandas) or unstamped: moved aside, then made again
+        aside = Path(tempfile.mkdtemp(prefix=f".{task.id}-stale-", dir=root))
+        try:
+            os.replace(folder, aside / "old")
+        except OSError:  # another process moved or remade it meanwhile
+            pass
+        shutil.rmtree(aside, ignore_errors=True)
     text = {task.id_column: str, **{t: str for t in task.target_columns}}
     train = pd.read_csv(task.train_file, dtype=text)
     test = pd.read_csv(task.test_file, dtype={task.id_column: str})
@@ -142,6 +163,7 @@ def _cleaned_files(task: DSTask, root: Path) -> tuple[Path, Path]:
     try:
         out_train.to_csv(tmp / "train.csv", index=False, lineterminator="\n")
         out_test.to_csv(tmp / "test.csv", index=False, lineterminator="\n")
+        (tmp / "source.sha256").write_text(digest + "\n")
         try:
             os.replace(tmp, folder)
         except OSError:  # another process finished first: its (identical) files stay
