@@ -147,30 +147,32 @@ def _cleaned_files(task: DSTask, root: Path) -> tuple[Path, Path]:
     stamp = folder / "source.sha256"
     if train_path.is_file() and test_path.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
         return train_path, test_path
-    if folder.exists():  # stale (other sources, another pandas) or unstamped: moved aside, then made again
-        aside = Path(tempfile.mkdtemp(prefix=f".{task.id}-stale-", dir=root))
-        try:
-            os.replace(folder, aside / "old")
-        except OSError:  # another process moved or remade it meanwhile
-            pass
-        shutil.rmtree(aside, ignore_errors=True)
     text = {task.id_column: str, **{t: str for t in task.target_columns}}
     train = pd.read_csv(task.train_file, dtype=text)
     test = pd.read_csv(task.test_file, dtype={task.id_column: str})
     out_train, out_test = clean(train, test, task.id_column, task.target_columns)
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{task.id}-", dir=root))
+    aside = None
     try:
         out_train.to_csv(tmp / "train.csv", index=False, lineterminator="\n")
         out_test.to_csv(tmp / "test.csv", index=False, lineterminator="\n")
         (tmp / "source.sha256").write_text(digest + "\n")
+        if folder.exists():  # stale (other sources, another pandas) or unstamped: swapped out once the new is made
+            aside = Path(tempfile.mkdtemp(prefix=f".{task.id}-stale-", dir=root))
+            try:
+                os.replace(folder, aside / "old")
+            except OSError:  # another process swapped it meanwhile
+                pass
         try:
             os.replace(tmp, folder)
-        except OSError:  # another process finished first: its (identical) files stay
-            if not (train_path.is_file() and test_path.is_file()):
+        except OSError:  # another process finished first: its files stay if they are current
+            if not (stamp.is_file() and stamp.read_text().strip() == digest):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
     return train_path, test_path
 
 
