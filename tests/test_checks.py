@@ -256,6 +256,35 @@ def test_ablate_refuses_before_any_run_when_an_arm_cannot_run(tmp_path, capsys):
     assert not (tmp_path / "abl").exists()
 
 
+@pytest.mark.parametrize("trainer, waits", [("ray", 3), ("local", 0)])
+def test_ablate_waits_for_memory_only_after_a_ray_run(tmp_path, monkeypatch, trainer, waits):
+    """Between runs, ``mappa ablate`` waits for the previous run's Ray workers to release their memory; a local
+    trainer's run leaves none, so nothing is waited for."""
+    import subprocess
+    from pathlib import Path
+
+    import baselines.checks
+    import benchmarks.cli as cli
+    from benchmarks.commands import ablate
+
+    def fake_call(cmd):
+        run = Path(cmd[cmd.index("--out") + 1])
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "config.json").write_text(json.dumps({"iterations": 1, "eval_episodes": 0}))
+        (run / "metrics.jsonl").write_text(json.dumps({"iteration": 0}) + "\n")
+        return 0
+
+    calls = []
+    monkeypatch.setattr(subprocess, "call", fake_call)
+    monkeypatch.setattr(ablate, "_wait_for_memory_release", lambda: calls.append(1))
+    monkeypatch.setattr(ablate, "cmd_report_run", lambda args: 0)
+    monkeypatch.setattr(ablate, "_report_ablation", lambda out: 0)
+    monkeypatch.setattr(baselines.checks, "check_config", lambda cfg: [])
+    argv = ["ablate", "--preset", "smoke", "--seeds", "0,1", "--estimators", "coach,outcome", "--trainer", trainer]
+    assert cli.main([*argv, "--out", str(tmp_path / "abl")]) == 0
+    assert len(calls) == waits
+
+
 def test_ablate_runs_share_the_first_runs_before_training_evaluation(tmp_path, monkeypatch):
     """The arms and seeds start from the same weights and evaluate the same way: every later run gets the first
     run's before-training evaluation (same episodes, no second evaluation), a run with its own keeps it; each run's

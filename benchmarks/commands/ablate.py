@@ -179,6 +179,8 @@ class _Run:
     argv: list[str]
     information: str = ""
     """What its reward sees (:mod:`mappa_envs.coach.information`)."""
+    trainer: str = "ray"
+    """Its trainer: only a Ray run leaves workers and engines that take seconds to exit after it."""
 
 
 def _plan(args: argparse.Namespace, out: Path) -> tuple[list[_Run], list[str]]:
@@ -196,6 +198,7 @@ def _plan(args: argparse.Namespace, out: Path) -> tuple[list[_Run], list[str]]:
             problems = failed(check_config(cfg))
             refused += [f"- {name} seed {seed}: {c.name}: {c.detail.splitlines()[0]}" for c in problems]
             run.information = "" if problems else config_record(cfg)["reward_information"]
+            run.trainer = cfg.trainer
             plan.append(run)
     return plan, refused
 
@@ -229,14 +232,14 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     if not train.cluster_joinable("mappa ablate"):  # RAY_ADDRESS's cluster (--ray-address), before the first arm
         return 1
     _write_manifest(args, out, plan)
-    started = False
+    previous: _Run | None = None  # the last run started here
     for i, run in enumerate(plan):
         if not args.no_resume and _finished(run.path):
             print(f"[ablation] {run.arm} seed {run.seed}: finished already ({run.path})", flush=True)
         else:
-            if started:
+            if previous is not None and previous.trainer == "ray":
                 _wait_for_memory_release()
-            started = True
+            previous = run
             print(f"[ablation] {run.arm} seed {run.seed} ({run.information}): mappa {' '.join(run.argv)}", flush=True)
             rc = subprocess.call([sys.executable, "-m", "benchmarks.cli", *run.argv])
             if rc != 0:
