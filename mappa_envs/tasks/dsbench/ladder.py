@@ -27,6 +27,7 @@ pandas, so that they load there whatever the host's version.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -130,11 +131,19 @@ def clean(train: pd.DataFrame, test: pd.DataFrame, id_column: str, targets: Sequ
     return out_train, out_test
 
 
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """The sha256 of a file's bytes, read once per (path, size, modification time): every env made on a ladder
+    level checks the stamps of its tasks' sources, and one run makes many envs."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def _source_digest(task: DSTask) -> str:
     """What level 1's files of ``task`` are derived from: the ladder's version, pandas' and the source files' bytes."""
     h = hashlib.sha256(f"{LADDER_VERSION}\0pandas {pd.__version__}\0".encode())
     for path in (task.train_file, task.test_file):
-        h.update(Path(path).read_bytes())
+        st = os.stat(path)
+        h.update(_file_digest(str(path), st.st_size, st.st_mtime_ns).encode())
     return h.hexdigest()
 
 
