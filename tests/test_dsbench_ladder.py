@@ -116,12 +116,14 @@ def test_the_reference_team_submits_at_every_level(level):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("level", [0, 1])
 @pytest.mark.parametrize("task_id", sorted(s.id for s in LITE_TASKS))
-def test_the_reference_team_submits_on_every_lite_task_at_the_lower_levels(task_id, level):
-    env = make_env(split=f"level{level}-all", task_ids=[task_id], turns=1)
+def test_the_reference_team_submits_on_every_lite_task_at_level_0(task_id):
+    """Level 0's given pickles are made from level 1's prepared files, so a valid submission here also runs level 1's
+    features through a fit on every task; level 1's files themselves are checked above on every task, and its
+    episode on one task (``test_the_reference_team_submits_at_every_level``)."""
+    env = make_env(split="level0-all", task_ids=[task_id], turns=1)
     rec = run_reference(env, task_id)
-    assert rec.outcome["valid"], (task_id, level, rec.outcome["reason"])
+    assert rec.outcome["valid"], (task_id, rec.outcome["reason"])
     env.close()
 
 
