@@ -78,7 +78,6 @@ RAY_CLUSTER = (
     "tests/test_ray_trainer.py",
     "tests/test_multinode.py",
     "tests/test_gpu_layouts.py",
-    "tests/test_console.py::test_train_console_shows_the_summary_and_progress_and_the_logs_go_to_files",
 )
 """Tests that start a Ray cluster and the trainer's engines and ranks: under ``pytest -n`` (``make test``) they form
 one group, run one after the other on one worker, while the other worker takes the rest."""

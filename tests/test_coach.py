@@ -529,3 +529,19 @@ def test_the_hindsight_coach_blames_a_wrong_printout_that_misled_a_right_verifie
             by_agent[a.agent] = by_agent.get(a.agent, 0.0) + a.reward
         assert rewards == pytest.approx(by_agent), blocking  # every agent got its actions' hindsight rewards
         env.close()
+
+
+def test_an_llm_coachs_reply_budget_comes_from_the_spec_options():
+    """`mappa rescore --max-tokens`: the LLM coaches' reply budget (512 a call, 1024 for the hindsight form by
+    default); the coaches that generate nothing refuse it."""
+    from mappa_envs.coach import coach_from_spec
+
+    url = "http://127.0.0.1:9/v1"
+    assert coach_from_spec(f"llm:smol@{url}").backend.max_tokens == 512
+    assert coach_from_spec(f"llm:smol@{url}", max_tokens=32).backend.max_tokens == 32
+    assert coach_from_spec(f"llm-hindsight:smol@{url}")._llm.backend.max_tokens == 1024
+    assert coach_from_spec(f"llm-hindsight:smol@{url}", max_tokens=64)._llm.backend.max_tokens == 64
+    with pytest.raises(ValueError, match="LLM coaches"):
+        coach_from_spec("rule", max_tokens=32)
+    with pytest.raises(ValueError, match="at least 1"):
+        coach_from_spec(f"llm:smol@{url}", max_tokens=0)

@@ -117,7 +117,10 @@ def test_rescore_through_vllm_serve_per_action_and_hindsight_and_resume(vllm_url
             assert 0 <= new["score"] <= 10 and new["fallback_used"] == (new["parse"] == "fallback")
             assert new["raw_reply"].strip() or new["fallback_used"]
     spec = f"llm-hindsight:smol@{vllm_url}"
+    # a short reply budget: the bundled model rambles to the budget, 1024 tokens by default (the reply is parsed
+    # or counted as a fallback either way, which is what is checked)
     argv = ["rescore", str(tmp_path / "episodes.jsonl"), "--coach", spec, "--out", str(tmp_path / "hs")]
+    argv += ["--max-tokens", "64"]
     assert main(argv) == 0
     summary = json.loads((tmp_path / "hs" / "summary.json").read_text())
     assert summary["calls"] == total and summary["requests"] == 2 and summary["episodes"] == 2

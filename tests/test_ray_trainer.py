@@ -216,6 +216,7 @@ def test_a_bf16_engine_serves_the_synced_weights():
 
 def _run(args, out, **kw):
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONUNBUFFERED="1")
+    env.pop("MAPPA_ACTOR_LOG_DIR", None)  # the run's own logs/ folder, as a user's run has
     return subprocess.Popen(
         [*MAPPA, "train", "--preset", "smoke", "--out", str(out), "--no-progress", *args],
         cwd=ROOT,
@@ -237,7 +238,9 @@ def _kill_group(proc):
 
 def test_sigkill_mid_run_then_resume_loses_no_rollout(tmp_path):
     """`mappa train` (two DeepSpeed ranks per role) is killed with SIGKILL while iteration 2's episodes are being
-    stored; the re-run resumes after iteration 1's checkpoint and re-uses every stored episode verbatim."""
+    stored; the re-run resumes after iteration 1's checkpoint and re-uses every stored episode verbatim. The re-run's
+    console is checked as a user sees it: the configuration, the iteration lines and the result, and no library
+    logs or actor output (they go to files in the run's ``logs/``)."""
     out = tmp_path / "run"
     args = [
         "--coach",
@@ -276,11 +279,13 @@ def test_sigkill_mid_run_then_resume_loses_no_rollout(tmp_path):
     assert 2 <= len(kept) < 12
     assert (out / "checkpoints" / "latest").read_text() == "iter-00000"
 
+    console_from = (out.parent / f"{out.name}.log").stat().st_size
     proc = _run(args, out)
     try:
         assert proc.wait(timeout=900) == 0, _log(out)
     finally:
         _kill_group(proc)
+    _assert_console(_log(out, tail=None)[console_from:], out, iterations=3, world_size=2)
     lines = store.read_text().splitlines()
     assert len(lines) == 12
     assert lines[: len(kept)] == kept  # the stored episodes were re-used as they were, not rolled out again
@@ -298,47 +303,26 @@ def test_sigkill_mid_run_then_resume_loses_no_rollout(tmp_path):
     assert (out / "checkpoints" / "latest").read_text() == "iter-00002"
 
 
+def _assert_console(console: str, out: Path, iterations: int, world_size: int) -> None:
+    """What `mappa train` printed (stdout and stderr): the configuration, the iteration lines and the result, and
+    none of the libraries' logs nor the actors' output, which go to files in the run's ``logs/``."""
+    for noise in ("WARNING", "Loading weights", "(RoleWorker pid=", "(VLLMEngine pid="):
+        assert noise not in console, f"{noise!r} on the console:\n{console[-4000:]}"
+    assert "configuration (preset smoke):" in console and "samples_per_prompt" in console
+    assert f"[iteration {iterations}/{iterations}] train accuracy" in console and "done in" in console
+    logs = out / "logs"
+    assert (logs / "driver.log").stat().st_size > 0
+    engines, trainers = sorted(logs.glob("engine-*.log")), sorted(logs.glob("trainer-*.log"))
+    assert len(engines) == 3 and len(trainers) == 3 * world_size, sorted(p.name for p in logs.iterdir())
+    for path in engines + trainers:
+        assert path.stat().st_size > 0, path
+    assert "trainer-problem_solver-rank0.log" in {p.name for p in trainers}
+
+
 def _log(out: Path, tail: int | None = 4000) -> str:
     path = out.parent / f"{out.name}.log"
     text = path.read_text() if path.exists() else ""
     return text[-tail:] if tail else text
-
-
-def test_shared_and_frozen_roles_on_the_distributed_trainer(tmp_path):
-    """Issue 18's map on the Ray trainer: `code_executor=shared:problem_solver` (one engine and one set of ranks,
-    one step on both roles' samples) and `verifier=frozen` (an engine, no rank: it acts every episode, is never
-    updated nor synced). After training the exported
-    models show it: the frozen role's weights are the base model's bit for bit, the two shared roles' are one set
-    of weights, and that set moved."""
-    from safetensors.torch import load_file
-
-    from baselines.models import resolve_model
-
-    out = tmp_path / "run"
-    args = ["--coach", COACH, "--role-weights", "code_executor=shared:problem_solver"]
-    proc = _run([*args, "--role-weights", "verifier=frozen"], out)
-    try:
-        assert proc.wait(timeout=900) == 0, _log(out)
-    finally:
-        _kill_group(proc)
-    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    for m in metrics:
-        solver, coder, verifier = m["problem_solver"], m["code_executor"], m["verifier"]
-        # the frozen verifier acts every episode, and is never updated nor synced
-        assert verifier["frozen"] == 1 and verifier["samples"] == 0 and verifier["response_chars"] > 0
-        assert "sync_s" not in verifier
-        assert solver["skipped"] == coder["skipped"] == 0 and solver["loss"] == coder["loss"]  # one step for both
-        assert solver["samples"] > 0 and coder["samples"] > 0
-    assert "verifier skipped (frozen)" in _log(out, tail=None)
-    weights = {r: load_file(out / "models" / r / "model.safetensors") for r in ("problem_solver", "code_executor")}
-    base = load_file(Path(resolve_model("tiny-random")) / "model.safetensors")
-    verifier = load_file(out / "models" / "verifier" / "model.safetensors")
-    assert all(torch.equal(verifier[k], base[k]) for k in base)
-    shared = weights["problem_solver"]
-    assert all(torch.equal(shared[k], weights["code_executor"][k]) for k in shared)
-    assert any(not torch.equal(shared[k].float(), base[k].float()) for k in shared if k in base)
-    placed = json.loads((out / "placement.json").read_text())["actors"]
-    assert "trainer:verifier:0" not in placed and "engine:verifier" in placed
 
 
 def test_issue_18_acceptance_lora_shared_and_frozen(tmp_path):
@@ -365,9 +349,12 @@ def test_issue_18_acceptance_lora_shared_and_frozen(tmp_path):
     assert len(metrics) == 2
     for m in metrics:
         solver, coder, verifier = m["problem_solver"], m["code_executor"], m["verifier"]
-        assert verifier["frozen"] == 1 and verifier["samples"] == 0
+        # the frozen verifier acts every episode, and is never updated nor synced
+        assert verifier["frozen"] == 1 and verifier["samples"] == 0 and verifier["response_chars"] > 0
+        assert "sync_s" not in verifier
         assert solver["skipped"] == coder["skipped"] == 0 and solver["loss"] == coder["loss"]  # one step for both
         assert solver["samples"] > 0 and coder["samples"] > 0 and solver["grad_norm"] > 0
+    assert "verifier skipped (frozen)" in _log(out, tail=None)
     placed = json.loads((out / "placement.json").read_text())["actors"]
     assert sorted(placed) == ["engine:problem_solver", "engine:verifier", "trainer:problem_solver:0"]
     base_dir = Path(resolve_model("tiny-random"))
@@ -398,7 +385,9 @@ def test_issue_18_acceptance_lora_shared_and_frozen(tmp_path):
 
 def test_a_role_on_its_own_base_model(tmp_path):
     """`--role-weights verifier=full@DIR`: the verifier's engine and ranks start from another model (here a random
-    Llama of another shape on the same tokenizer), and `code_executor=shared:verifier` acts and learns with it."""
+    Llama of another shape on the same tokenizer), and `code_executor=shared:verifier` acts and learns with it: one
+    engine and one set of ranks for two roles with full weights (one step on both roles' samples), exported as one
+    set of weights that moved. (The frozen role is checked by the LoRA acceptance run above.)"""
     from safetensors.torch import load_file
 
     from baselines.models import random_llama
@@ -439,3 +428,5 @@ def test_a_role_on_its_own_base_model(tmp_path):
     assert start.keys() <= trained.keys() and any(not torch.equal(start[k], trained[k]) for k in start)
     coder = load_file(models / "code_executor" / "model.safetensors")
     assert all(torch.equal(trained[k], coder[k]) for k in trained)
+    placed = sorted(json.loads((out / "placement.json").read_text())["actors"])
+    assert placed == ["engine:problem_solver", "engine:verifier", "trainer:problem_solver:0", "trainer:verifier:0"]

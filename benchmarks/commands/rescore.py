@@ -22,6 +22,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder (re-running with the same one resumes)")
     p.add_argument("--name", default="rescored", help="the key of the new evaluation in each action's info")
     p.add_argument("--concurrency", type=int, default=8, help="coach calls at once")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="an LLM coach's reply budget in tokens (default 512 a call; 1024 for llm-hindsight: one reply an episode)",
+    )
     p.set_defaults(func=cmd_rescore)
     return p
 
@@ -40,7 +46,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
     rescore(
         args.source,
-        coach_from_spec(args.coach),
+        coach_from_spec(args.coach, max_tokens=args.max_tokens),
         args.out,
         name=args.name,
         env_kwargs=run_env_kwargs(args.source),

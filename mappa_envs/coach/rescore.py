@@ -35,14 +35,20 @@ from .rule_based import RuleBasedCoach
 from .wrapper import CoachPool, EpisodePart
 
 
-def coach_from_spec(spec: str) -> Coach:
+def coach_from_spec(spec: str, max_tokens: int | None = None) -> Coach:
     """``rule`` (:class:`RuleBasedCoach`), ``rule-hindsight`` (:class:`~mappa_envs.coach.hindsight.
     RuleHindsightCoach`), ``llm:MODEL@URL`` (:class:`~mappa_envs.coach.LLMCoach` on an OpenAI-compatible server),
     ``llm-hindsight:MODEL@URL`` (:class:`~mappa_envs.coach.llm_hindsight.LLMHindsightCoach`: one call per episode),
     DSBench's progress coaches ``dsbench-rule``, ``dsbench-rule-blind`` (:class:`~mappa_envs.coach.dsbench_rules.
     DSBenchCoach`, with and without the submission's scoring) and ``dsbench-rule-hindsight``
     (:class:`~mappa_envs.coach.dsbench_hindsight.DSBenchHindsightCoach`), or ``package.module:factory`` (called
-    with no arguments; a coach with ``evaluate_episode`` is a hindsight coach)."""
+    with no arguments; a coach with ``evaluate_episode`` is a hindsight coach). ``max_tokens`` bounds an LLM coach's
+    reply (default 512 tokens a call, 1024 for the hindsight form, which scores a whole episode in one reply); it is
+    refused for the other coaches, which generate nothing."""
+    if max_tokens is not None and not spec.startswith(("llm:", "llm-hindsight:")):
+        raise ValueError(f"max_tokens is for the LLM coaches ('llm:MODEL@URL', 'llm-hindsight:MODEL@URL'): {spec!r}")
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, not {max_tokens}")
     if spec == "rule":
         return RuleBasedCoach()
     if spec in ("rule-hindsight", "rule-hindsight-key"):  # every action scored knowing the outcome and answer key
@@ -55,7 +61,7 @@ def coach_from_spec(spec: str) -> Coach:
         return DSBenchHindsightCoach()
     for prefix in ("llm:", "llm-hindsight:"):
         if spec.startswith(prefix):
-            return _llm_coach(spec[len(prefix) :], hindsight=prefix == "llm-hindsight:")
+            return _llm_coach(spec[len(prefix) :], hindsight=prefix == "llm-hindsight:", max_tokens=max_tokens)
     if ":" in spec:
         module, _, name = spec.partition(":")
         return getattr(importlib.import_module(module), name)()
@@ -66,7 +72,7 @@ def coach_from_spec(spec: str) -> Coach:
     )
 
 
-def _llm_coach(target: str, hindsight: bool) -> Coach:
+def _llm_coach(target: str, hindsight: bool, max_tokens: int | None = None) -> Coach:
     """``MODEL@URL`` (an OpenAI-compatible server, e.g. ``vllm serve``; key from ``OPENAI_API_KEY`` or none for a
     local one) or ``MODEL`` (the default OpenAI endpoint)."""
     from .llm import LLMCoach, OpenAIChatBackend
@@ -75,7 +81,8 @@ def _llm_coach(target: str, hindsight: bool) -> Coach:
     model, _, url = target.partition("@")
     if not model:
         raise ValueError(f"an LLM coach needs a model name: 'llm:MODEL@URL', not {target!r}")
-    backend = OpenAIChatBackend(model, base_url=url or None, max_tokens=1024 if hindsight else 512)
+    budget = max_tokens if max_tokens is not None else 1024 if hindsight else 512
+    backend = OpenAIChatBackend(model, base_url=url or None, max_tokens=budget)
     return LLMHindsightCoach(backend) if hindsight else LLMCoach(backend)
 
 
