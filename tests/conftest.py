@@ -76,7 +76,6 @@ REAL_CONTAINER = ("docker", "bubblewrap")
 
 RAY_CLUSTER = (
     "tests/test_ray_trainer.py",
-    "tests/test_multinode.py",
     "tests/test_gpu_layouts.py",
 )
 """Tests that start a Ray cluster and the trainer's engines and ranks: under ``pytest -n`` (``make test``) they form

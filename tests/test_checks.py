@@ -399,3 +399,11 @@ def test_role_weights_on_the_command_line(capsys):
     assert "verifier=full@/nonexistent/model" in {c.name: c for c in check_config(nowhere)}["role weights"].detail
     with pytest.raises(SystemExit, match="ROLE=SPEC"):
         train_command.train_config(cli.build_parser().parse_args(["train", "--role-weights", "verifier"]))
+
+
+def test_placement_keys_are_checked_before_ray_starts(tmp_path):
+    cfg = preset("smoke", out_dir=str(tmp_path), placement={"engine:critic": "gen", "trainers": ""})
+    (check,) = [c for c in check_config(cfg) if c.name == "placement"]
+    assert not check.ok and "'engine:critic'" in check.detail and "empty resource name" in check.detail
+    local = preset("smoke", out_dir=str(tmp_path), trainer="local", placement={"engines": "gen"})
+    assert not next(c for c in check_config(local) if c.name == "placement").ok

@@ -2,9 +2,10 @@
 loopback address: a head (``ray start --head``, which Ray 2.60 starts with token authentication wherever a token
 exists, as ``~/.ray/auth_token`` does here) and a second node joined with ``ray start --address``, each offering its
 own custom resource. The driver is pointed at it by ``RAY_ADDRESS`` alone (no auth variable set): the smoke preset
-(one iteration, the roles sharing one engine and one rank) trains with the engine on one node and the rank on the
-other (``--place``), and again as a Ray job (``ray job submit -- mappa train``) the other way round; a wrong token,
-or none, ends within 30 s with one paragraph that says what to set.
+(one iteration) trains with every engine on one node and the ranks on the other, one rank placed by its own key
+(``--place``), and again as a Ray job (``ray job submit -- mappa train``, the roles sharing one engine and one rank)
+the other way round; a placement no node offers stops before any actor starts, naming what the nodes offer; a
+wrong token, or none, ends within 30 s with one paragraph that says what to set.
 
 The nodes share this machine with other Ray users: they live in a temp dir of their own, record the cluster there
 (not in ``/tmp/ray/ray_current_cluster``), and only their own processes are stopped (:class:`tests.support.
@@ -50,8 +51,8 @@ def _job_server_problem() -> str | None:
 
 JOB_SERVER_PROBLEM = _job_server_problem()
 TRAIN = ["train", "--preset", "smoke", "--iterations", "1", "--eval-episodes", "0", "--no-progress", "--no-resume"]
-TRAIN += ["--share-model"]  # one engine and one rank for the three roles: the cluster's paths at a third of the memory
 ROLES = ("problem_solver", "code_executor", "verifier")
+SHARED = ["--share-model"]  # one engine and one rank for the three roles: the cluster's paths at a third of the memory
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -120,13 +121,35 @@ def test_the_head_asks_for_a_token(cluster):
 
 
 def test_ray_address_alone_trains_on_both_nodes(cluster, tmp_path):
+    """An engine and a rank per role: every engine on the head, the ranks on the other node except the verifier's,
+    placed next to its engine by its own key (``trainer:verifier=gen``); every role steps and is exported."""
     out = tmp_path / "run"
-    place = ["--place", "engines=gen", "--place", "trainers=learn"]
+    place = ["--place", "engines=gen", "--place", "trainers=learn", "--place", "trainer:verifier=gen"]
     run, _ = _mappa(cluster, *TRAIN, "--out", str(out), *place, timeout=900, RAY_ADDRESS=cluster.address)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     joined = f"[ray] joining the Ray cluster at {cluster.address} (RAY_ADDRESS={cluster.address}; token authentication"
     assert joined in run.stderr, run.stderr[-3000:]
-    _check_run(out, engine="gen", rank="learn")
+    placed = json.loads((out / "placement.json").read_text())
+    node_of = {res: nid for nid, r in placed["nodes"].items() for res in ("gen", "learn") if res in r}
+    assert set(node_of) == {"gen", "learn"} and node_of["gen"] != node_of["learn"], placed["nodes"]
+    actors = placed["actors"]
+    assert all(actors[f"engine:{r}"] == node_of["gen"] for r in ROLES), actors
+    assert actors["trainer:problem_solver:0"] == actors["trainer:code_executor:0"] == node_of["learn"], actors
+    assert actors["trainer:verifier:0"] == node_of["gen"], actors
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 1 and all(metrics[0][r]["skipped"] == 0 for r in ROLES), metrics  # every role stepped
+    assert all((out / "models" / r / "config.json").exists() for r in ROLES)
+
+
+def test_a_placement_the_cluster_cannot_satisfy_stops_before_any_actor_starts(cluster, tmp_path):
+    place = ["--place", "engines=gen", "--place", "trainers=gpu_node"]
+    run, _ = _mappa(cluster, *TRAIN, "--out", str(tmp_path / "bad"), *place, timeout=600, RAY_ADDRESS=cluster.address)
+    assert run.returncode != 0
+    text = run.stdout + run.stderr
+    assert "the Ray cluster cannot place this run's actors" in text
+    assert "gpu_node: the actors need 0.003, no node offers it" in text  # three ranks, 0.001 each
+    assert "'learn': 1.0" in text  # what the nodes offer, to fix the placement
+    assert not (tmp_path / "bad" / "placement.json").exists()
 
 
 @pytest.mark.parametrize("case", ["wrong token", "no token"])
@@ -139,7 +162,7 @@ def test_a_driver_without_the_token_stops_within_30_s_saying_what_to_set(cluster
         (tmp_path / "home").mkdir()
         env = {"HOME": str(tmp_path / "home")}
     run, seconds = _mappa(
-        cluster, *TRAIN, "--out", str(tmp_path / "run"), "--ray-address", cluster.address, timeout=60, **env
+        cluster, *TRAIN, *SHARED, "--out", str(tmp_path / "run"), "--ray-address", cluster.address, timeout=60, **env
     )
     text = run.stdout + run.stderr
     assert run.returncode == 1 and seconds < 30, (seconds, text[-3000:])
@@ -164,7 +187,7 @@ def test_ray_job_submit_trains_on_the_cluster(cluster, tmp_path):
         pytest.skip(JOB_SERVER_PROBLEM)
     out = tmp_path / "job"
     place = ["--place", "engines=learn", "--place", "trainers=gen"]
-    entry = [sys.executable, "-m", "benchmarks.cli", *TRAIN, "--out", str(out), *place]
+    entry = [sys.executable, "-m", "benchmarks.cli", *TRAIN, *SHARED, "--out", str(out), *place]
     submit = [RAY, "job", "submit", "--address", cluster.dashboard, "--runtime-env-json"]
     submit += [json.dumps({"env_vars": {"PYTHONPATH": str(ROOT)}}), "--", *entry]
     env = _env(RAY_AUTH_MODE="token", RAY_TMPDIR=str(cluster.root / "tmp"))
