@@ -336,6 +336,8 @@ def test_coach_sees_workspace_files_and_their_authors():
     env = CoachRewardWrapper(make_env(task_ids=["wine-cultivar"]), RuleBasedCoach(), blocking=True)
     rec = run_reference(env)
     u = env.unwrapped
+    # blocks run warm by default: forked from a worker that imported the data libraries once
+    assert {a.tool_calls[0].result.backend for a in rec.actions if a.tool_calls} == {"subprocess/warm"}
     analyst = [a for a in rec.actions if a.agent == "analyst_0"][-1]
     inp = inputs_for_episode(
         rec,
@@ -381,7 +383,7 @@ def test_reference_team_beats_the_baseline_in_docker(task_id):
     rec = run_reference(env)
     assert rec.metadata["sandbox"] == "docker"
     assert rec.outcome["valid"] and rec.outcome["beats_baseline"], rec.outcome
-    assert {a.tool_calls[0].result.backend for a in rec.actions if a.tool_calls} == {"docker/fresh"}
+    assert {a.tool_calls[0].result.backend for a in rec.actions if a.tool_calls} == {"docker/warm"}
     env.close()
 
 

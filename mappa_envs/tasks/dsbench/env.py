@@ -33,7 +33,9 @@ data, which needs ``data_dir``), ``split`` (``train``, ``eval`` or ``all``; DSBe
 ``tasks`` (a list of :class:`DSTask`), ``turns`` (per role), ``reward``, ``prompt_style`` (original DSBench:
 ``cleaned`` or ``original`` descriptions), ``role_prompts`` (``"paper"``, the default: the full hand-over contract
 in every role's prompt; ``"small"``: one worked example per role on a made-up task, for small models),
-``sandbox``, ``sandbox_kwargs`` (default limits: 120 s, 2 GB per execution) and the text limits of
+``sandbox``, ``sandbox_kwargs`` (default limits: 120 s, 2 GB per execution; warm execution: each block is forked
+from a worker that has imported numpy, pandas, scipy and scikit-learn once per episode, instead of importing them
+again in a fresh interpreter; ``{"mode": "fresh"}`` for the latter) and the text limits of
 :class:`~mappa_envs.core.PipelineEnv`.
 
 Held-out tasks (:meth:`DSBenchEnv.heldout_kwargs`): split ``eval`` of the same suite and data folder, for a run
@@ -154,7 +156,7 @@ class DSBenchEnv(PipelineEnv):
         self._row_counts: dict[str, tuple[int, int]] = {}
         self._given_sha256: dict[str, str] = {}
         if sandbox is None or isinstance(sandbox, str):
-            sandbox_kwargs = {"limits": DEFAULT_LIMITS, **(sandbox_kwargs or {})}
+            sandbox_kwargs = {"limits": DEFAULT_LIMITS, "mode": "warm", **(sandbox_kwargs or {})}
         super().__init__(
             dsbench_roles(turns, role_prompts, self.level),
             [t.to_task() for t in ds],
