@@ -30,7 +30,7 @@ from .packing import (
 )
 
 __all__ = ["RoleWorker", "adamw", "balance", "deepspeed_config", "micro_batches", "plan_shards"]
-from .samples import Sample, sample_rows, token_logprobs, tokenize_samples
+from .samples import Sample, autocast, sample_rows, token_logprobs, tokenize_samples
 
 
 def _release_freed_memory() -> None:
@@ -140,6 +140,7 @@ class RoleWorker:
         backend, torch_device = rank_device(device)
         deepspeed.init_distributed(dist_backend=backend, verbose=False)
         self.device = torch.device(torch_device)
+        self._autocast = cfg.resolved_autocast()  # forward passes in bfloat16, weights and gradients in dtype
         dtype = getattr(torch, cfg.resolved_dtype())
         torch.manual_seed(cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -209,7 +210,8 @@ class RoleWorker:
             prefix: SharedPrefix | None = None
             if share and (cut or self.cfg.zero_stage == 3):
                 ids = rows[0][0][:cut] if cut else [self.tokenizer.eos_token_id]
-                run = prefix_states(model, ids, self.device)
+                with autocast(self._autocast, self.device):
+                    run = prefix_states(model, ids, self.device)
                 if prefixes is not None:
                     prefixes.append(run)
                 prefix = run if cut else None
@@ -218,17 +220,22 @@ class RoleWorker:
                 raise RuntimeError(f"{len(packs)} packs on rank {self.rank} but {n_micro} passes planned")
             for k in range(n_micro):
                 if k >= len(packs):
-                    yield [], [token_logprobs(model, self._to_device(self._batch([])), T).sum()]
+                    with autocast(self._autocast, self.device):
+                        dummy = token_logprobs(model, self._to_device(self._batch([])), T).sum()
+                    yield [], [dummy]
                     continue
                 idx = packs[k]
                 pack = build_pack([rows[i] for i in idx]).to(self.device)
-                yield idx, packed_logprobs(model, pack, T, prefix=prefix)
+                with autocast(self._autocast, self.device):
+                    lps = packed_logprobs(model, pack, T, prefix=prefix)
+                yield idx, lps
             return
         order = self._length_order(rows)
         for sl in micro_batches(len(samples), self.cfg.micro_batch, n_micro):
             idx = order[sl]
             b = self._to_device(self._batch([samples[i] for i in idx]))
-            logp = token_logprobs(model, b, T)
+            with autocast(self._autocast, self.device):
+                logp = token_logprobs(model, b, T)
             if not idx:
                 yield [], [logp.sum()]
                 continue

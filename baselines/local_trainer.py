@@ -31,7 +31,7 @@ from .loop import TrainerBase
 from .losses import ppo_clip_loss
 from .policies import GenerationConfig, TransformersPolicy
 from .role_weights import role_models, weight_groups
-from .samples import Sample, TokenBatch, token_logprobs, tokenize_samples
+from .samples import Sample, TokenBatch, autocast, token_logprobs, tokenize_samples
 
 __all__ = ["LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss", "scatter_responses"]
 
@@ -79,8 +79,9 @@ class RoleLearner:
         for b in batches:
             mask = b.response_mask.bool()
             if cfg.beta_kl:
-                lp = token_logprobs(self.model, b, cfg.temperature)
-                rf = token_logprobs(self.ref, b, cfg.temperature)
+                with autocast(cfg.resolved_autocast(), "cpu"):
+                    lp = token_logprobs(self.model, b, cfg.temperature)
+                    rf = token_logprobs(self.ref, b, cfg.temperature)
             else:
                 lp = rf = torch.zeros(mask.shape)
             logp += [lp[i][mask[i]] for i in range(len(mask))]
@@ -100,7 +101,8 @@ class RoleLearner:
         stats = {"loss": 0.0, "clip_frac": 0.0}
         row = 0
         for b in batches:
-            logp = token_logprobs(self.model, b, cfg.temperature)
+            with autocast(cfg.resolved_autocast(), "cpu"):
+                logp = token_logprobs(self.model, b, cfg.temperature)
             adv = scatter_responses(advantages[row : row + len(b.input_ids)], b.response_mask)
             row += len(b.input_ids)
             loss, info = ppo_clip_loss(logp, logp.detach(), adv, b.response_mask, cfg.clip_eps)

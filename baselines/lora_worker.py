@@ -118,6 +118,7 @@ class LoraWorker(RoleWorker):
         self.role, self.rank, self.world_size, self.cfg = "lora", rank, world_size, cfg
         backend, torch_device = rank_device(cfg.resolved_device())
         self.device = torch.device(torch_device)
+        self._autocast = cfg.resolved_autocast()
         if world_size > 1:
             import torch.distributed as dist
 

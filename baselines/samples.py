@@ -213,6 +213,19 @@ def response_ids(sample: Sample, tokenizer: Any) -> list[int]:
     return [*tokenizer(sample.response, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
 
 
+def autocast(dtype: str | None, device: Any) -> Any:
+    """A context in which forward passes on ``device`` run under ``torch.autocast`` in ``dtype`` (mixed precision:
+    the weights and their gradients keep their own dtype), or does nothing for ``dtype`` None
+    (``TrainConfig.resolved_autocast``)."""
+    import contextlib
+
+    import torch
+
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype))
+
+
 def token_logprobs(model: Any, batch: TokenBatch, temperature: float = 1.0) -> Any:
     """Log-probability of every next token under ``model`` at the sampling ``temperature`` (logits / T, as the
     rollouts sampled them; OpenRLHF and verl do the same): ``[B, L-1]``, meaningful where ``batch.response_mask``

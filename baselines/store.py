@@ -72,12 +72,17 @@ RESUME_MAY_CHANGE = resume_may_change(TrainConfig)
 held-out evaluation belong to the configuration that made them)."""
 
 
+BEFORE_FIELD: dict[str, Any] = {"autocast": "off"}
+"""What a run saved before a field existed did, where that differs from the field's default: runs before
+``autocast`` computed in their weights' dtype."""
+
+
 def check_resumable(cfg: TrainConfig) -> dict[str, Any] | None:
     """The configuration an earlier run in ``cfg.out_dir`` saved, when this run would re-use anything of it (a
     checkpoint, stored episodes, a held-out evaluation), else None. Raises ``ValueError`` when that run was
     configured otherwise (a field outside :data:`RESUME_MAY_CHANGE`; fields an older version did not save count
-    as their defaults): resuming it would silently mix two experiments. ``mappa train`` checks this before it
-    builds anything."""
+    as their defaults, or as :data:`BEFORE_FIELD` says): resuming it would silently mix two experiments.
+    ``mappa train`` checks this before it builds anything."""
     out = Path(cfg.out_dir)
     if cfg.resume and (out / "checkpoints" / REMOVED).exists():
         raise ValueError(
@@ -93,7 +98,7 @@ def check_resumable(cfg: TrainConfig) -> dict[str, Any] | None:
     if not cfg.resume or not reused or not (out / "config.json").exists():
         return None
     now = json.loads(json.dumps(asdict(cfg)))
-    defaults = json.loads(json.dumps(asdict(TrainConfig())))
+    defaults = {**json.loads(json.dumps(asdict(TrainConfig()))), **BEFORE_FIELD}
     saved = {**defaults, **{k: v for k, v in json.loads((out / "config.json").read_text()).items() if k in now}}
     changed = sorted(k for k in now if k not in RESUME_MAY_CHANGE and saved.get(k) != now.get(k))
     if changed:

@@ -407,3 +407,34 @@ def test_placement_keys_are_checked_before_ray_starts(tmp_path):
     assert not check.ok and "'engine:critic'" in check.detail and "empty resource name" in check.detail
     local = preset("smoke", out_dir=str(tmp_path), trainer="local", placement={"engines": "gen"})
     assert not next(c for c in check_config(local) if c.name == "placement").ok
+
+
+def test_autocast_auto_is_bfloat16_only_on_float32_weights_with_native_bfloat16(monkeypatch):
+    import baselines.engines
+    from baselines.config import TrainConfig
+
+    monkeypatch.setattr(baselines.engines, "native_bf16", lambda device: True)
+    assert TrainConfig(device="cpu").resolved_autocast() == "bfloat16"
+    assert TrainConfig(device="cpu", autocast="off").resolved_autocast() is None
+    assert TrainConfig(device="cpu", dtype="bfloat16").resolved_autocast() is None  # already bfloat16 weights
+    assert TrainConfig(device="cuda").resolved_autocast() is None  # 'auto' weights are bfloat16 on a GPU
+    monkeypatch.setattr(baselines.engines, "native_bf16", lambda device: False)
+    assert TrainConfig(device="cpu").resolved_autocast() is None  # emulated bfloat16 would be slower
+    assert TrainConfig(device="cpu", autocast="bfloat16").resolved_autocast() == "bfloat16"
+
+
+def test_a_run_saved_before_autocast_existed_resumes_only_in_float32(tmp_path):
+    """A config.json without ``autocast`` is a run whose matmuls were float32: resuming it under the new default
+    ('auto', bfloat16 on a CPU with AMX) would change its numerics mid-run, so it is refused unless 'off'."""
+    from dataclasses import asdict
+
+    from baselines.config import TrainConfig
+    from baselines.store import check_resumable
+
+    cfg = TrainConfig(out_dir=str(tmp_path))
+    old = {k: v for k, v in asdict(cfg).items() if k != "autocast"}
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    (tmp_path / "eval.json").write_text("{}")
+    with pytest.raises(ValueError, match="autocast: 'off' then, 'auto' now"):
+        check_resumable(cfg)
+    assert check_resumable(dataclasses.replace(cfg, autocast="off"))["autocast"] == "off"

@@ -33,7 +33,7 @@ def stepped():
     from baselines.models import resolve_model
     from baselines.presets import preset
 
-    cfg = preset("smoke", engine_dtype="float32", lr=1e-3)
+    cfg = preset("smoke", engine_dtype="float32", autocast="off", lr=1e-3)
     path = resolve_model("tiny-random")
     worker = LoraWorker({"solver": 8, "coder": 4}, 0, 1, 0, path, cfg)
     base0 = worker.base_state()
@@ -122,7 +122,7 @@ def _rank_step(rank: int, world: int, port: int, path: str, out: str) -> None:
     from baselines.presets import preset
 
     torch.set_num_threads(1)
-    worker = LoraWorker({"solver": 8}, rank, world, port, path, preset("smoke", lr=1e-2))
+    worker = LoraWorker({"solver": 8}, rank, world, port, path, preset("smoke", lr=1e-2, autocast="off"))
     samples = _samples("solver")
     mine = samples[rank::world]
     lps = worker.logprobs(samples, 1, role="solver")

@@ -41,7 +41,14 @@ def _worker_checks(queue) -> None:
         port = s.getsockname()[1]
     path = str(tiny_model_dir())
     cfg = TrainConfig(
-        model=path, zero_stage=0, micro_batch=2, lr=1e-3, temperature=0.7, max_new_tokens=16, engine_dtype="float32"
+        model=path,
+        zero_stage=0,
+        micro_batch=2,
+        lr=1e-3,
+        temperature=0.7,
+        max_new_tokens=16,
+        engine_dtype="float32",
+        autocast="off",  # float32 matmuls: the paths are compared to float rounding
     )
     gen = torch.Generator().manual_seed(0)
     samples = []
@@ -114,7 +121,7 @@ def _packed_checks(queue) -> None:
             samples.append(Sample("r", "r_0", str(i), "t", 0, 1, messages, "x", 0.5, 0.0, ids))
     adv = [torch.full((len(s.response_ids),), (-1.0) ** i * (1 + i / 3)) for i, s in enumerate(samples)]
     tokens = sum(len(s.response_ids) for s in samples)
-    base = dict(model=path, zero_stage=0, lr=1e-3, temperature=0.7, max_new_tokens=16)
+    base = dict(model=path, zero_stage=0, lr=1e-3, temperature=0.7, max_new_tokens=16, autocast="off")
     dense = RoleWorker("r", 0, 1, port, path, TrainConfig(micro_batch=2, **base))
     share = os.environ["MAPPA_TEST_SHARE_PREFIX"] == "1"
     cfg = TrainConfig(micro_batch=2, pack_tokens=120, share_prefix=share, **base)
@@ -237,3 +244,69 @@ def test_a_resumed_run_knows_which_roles_stepped(tmp_path):
     old = trainer(set())
     old.load_state(tmp_path)
     assert old._stepped == {"coder", "verifier"}
+
+
+def _autocast_checks(queue) -> None:
+    import os
+    import socket
+
+    import torch
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import baselines.distributed
+    from baselines.config import TrainConfig
+    from baselines.distributed import RoleWorker
+    from baselines.models import tiny_model_dir
+    from baselines.samples import Sample
+
+    baselines.distributed.adamw = lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr)  # step = lr x gradient
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = str(tiny_model_dir())
+    gen = torch.Generator().manual_seed(1)
+    samples = []
+    for i in range(4):  # the demo's layout: a shared system prompt run once, the rest in packs
+        messages = [
+            {"role": "system", "content": "You are a careful solver. " * 4},
+            {"role": "user", "content": f"problem {i}: " + "word " * (2 + 3 * i)},
+        ]
+        ids = torch.randint(5, 200, (6 + i,), generator=gen).tolist()
+        samples.append(Sample("r", "r_0", str(i), "t", 0, 1, messages, "x", 0.5, 0.0, ids))
+    adv = [torch.full((len(s.response_ids),), (-1.0) ** i) for i, s in enumerate(samples)]
+    tokens = sum(len(s.response_ids) for s in samples)
+    base = dict(model=path, zero_stage=0, lr=1e-2, temperature=0.7, max_new_tokens=16, pack_tokens=120)
+    out, deltas = {}, {}
+    for mode in ("off", "bfloat16"):
+        w = RoleWorker("r", 0, 1, port, path, TrainConfig(autocast=mode, **base))
+        initial = {k: v.detach().clone() for k, v in w.engine.module.state_dict().items()}
+        out[f"logp_{mode}"] = [x for x, _ in w.logprobs(samples, 2, policy=True, ref=False)]
+        out[f"grad_norm_{mode}"] = w.train_step(samples, adv, None, tokens, 2, base["lr"])["grad_norm"]
+        after = w.engine.module.state_dict()
+        out[f"dtypes_{mode}"] = sorted({str(v.dtype) for v in after.values()})
+        deltas[mode] = torch.cat([(after[k] - initial[k]).flatten() for k in initial])
+    out["logp_gap"] = max(
+        float((a - b).abs().max()) for a, b in zip(out.pop("logp_off"), out.pop("logp_bfloat16"), strict=True)
+    )
+    out["step_cosine"] = float(torch.nn.functional.cosine_similarity(deltas["off"], deltas["bfloat16"], dim=0))
+    out["moved"] = float(deltas["off"].abs().max())
+    queue.put(out)
+
+
+@needs_deepspeed
+@pytest.mark.slow
+def test_bfloat16_autocast_is_mixed_precision_with_the_float32_step():
+    """``autocast='bfloat16'`` (what 'auto' picks on a float32 trainer where the device computes bfloat16 natively)
+    runs the forward passes in bfloat16: log-probs that differ from float32's by rounding, not more; the weights stay
+    float32 and the SGD step points where the float32 step does."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_autocast_checks, args=(queue,))
+    proc.start()
+    out = queue.get(timeout=600)
+    proc.join(60)
+    assert out["dtypes_off"] == out["dtypes_bfloat16"] == ["torch.float32"], out  # mixed, not bfloat16 weights
+    assert 1e-4 < out["logp_gap"] < 0.1, out  # bfloat16 matmuls ran (float32 would agree to ~1e-6), close to float32
+    assert out["moved"] > 1e-4, out
+    assert out["step_cosine"] > 0.95, out
+    assert abs(out["grad_norm_off"] - out["grad_norm_bfloat16"]) < 0.05 * out["grad_norm_off"], out

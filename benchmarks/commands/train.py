@@ -241,6 +241,8 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
         print(f"mappa train: {e}", file=sys.stderr)
         return 1
     weights = f"trainer {cfg.resolved_dtype()}"
+    if cfg.resolved_autocast():
+        weights += f" (matmuls in {cfg.resolved_autocast()} autocast)"
     if cfg.trainer == "ray":
         weights += f", engines {cfg.resolved_engine_dtype()}"
     print(
