@@ -184,7 +184,8 @@ class TrainConfig:
     gradients and optimiser state stay in ``dtype`` (mixed precision); 'off' computes in ``dtype``; 'auto' is
     bfloat16 when the weights are float32 and the device computes bfloat16 natively (a GPU, or a CPU with
     AVX512-BF16 or AMX: :func:`baselines.engines.native_bf16`), else off. Measured on this project's 2-core AMX CPU
-    with SmolLM2-135M, a 768-token forward+backward: 1.6 s under bfloat16 autocast, 3.2 s in float32."""
+    with SmolLM2-135M, a lone 768-token forward+backward: 1.6 s under bfloat16 autocast, 3.2 s in float32 (the
+    demo's updates were no shorter: docs/training.md)."""
     engine_dtype: Dtype = "auto"
     """The vLLM engines' weights (rollouts and held-out evaluation); 'auto': bfloat16 where the device computes it
     natively, else the trainer's dtype. Natively: a GPU, or a CPU with AVX512-BF16 or AMX
