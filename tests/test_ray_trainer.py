@@ -228,12 +228,38 @@ def _run(args, out, **kw):
     )
 
 
+def _session(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (a run started with ``start_new_session``: its driver and Ray's)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            pids.append(int(entry))
+    return pids
+
+
 def _kill_group(proc):
+    """Kill a run and every process of its session, and wait until they are gone: the next test's memory check
+    reads the host's available memory, which a cluster still exiting would hold (seen: a LoRA run refused for
+    6.3 GiB available right after the SIGKILL test)."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait()
+    deadline = time.monotonic() + 60
+    while (left := _session(proc.pid)) and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+    assert not left, f"processes of the run still alive after 60 s: {left}"
 
 
 def test_sigkill_mid_run_then_resume_loses_no_rollout(tmp_path):
