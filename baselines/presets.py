@@ -82,8 +82,9 @@ PRESETS: dict[str, TrainConfig] = {
 # for the final agent's answer only), on balanced one- and two-step problems with a worked example per task that
 # favours no operation; evaluated greedily before and after on the one-step dev split (48 problems; the sealed test
 # splits are for pre-registered runs only, `--unseal-test`), per operation. The two-step dev split is left to
-# `--eval-extra-split arith2-dev-2step` (the README's `mappa ablate` command passes it): the bundled team is near its floor there (2/48 and
-# 0/48 in the two fresh-clone demos that evaluated it), and its two evaluations took ~2.5 of the demo's 30 minutes.
+# `--eval-extra-split arith2-dev-2step` (the README's `mappa ablate` command passes it): the bundled team is near
+# its floor there (2/48 and 0/48 in the two fresh-clone demos that evaluated it), and its two evaluations took ~2.5
+# of the demo's 30 minutes.
 # Checkpoints every 2 iterations (and after the last): each is 4.6 GB for the three roles (weights and Adam states)
 # and took 4-17 s.
 PRESETS["demo"] = replace(
