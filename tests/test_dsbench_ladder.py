@@ -154,3 +154,38 @@ def test_a_stored_ladder_episode_rescored_by_each_dsbench_coach(tmp_path):
         assert json.loads((out / "summary.json").read_text())["fallbacks"] == 0
     assert all(len(set(s)) == 3 for s in scores.values()), scores  # no two roles alike
     assert scores["dsbench-rule-hindsight"][2] < scores["dsbench-rule"][2]  # the wrong columns are the analyst's
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_results_handoff_shows_later_roles_what_earlier_code_printed_and_not_the_code(level):
+    """``handoff="results"``: the modeler sees the data engineer's output, not its code (small models copy the
+    nearest code); its worked example is laid out exactly as the env lays out the real context."""
+    from mappa_envs.tasks.dsbench import prompts
+
+    split = f"level{level}-train" if level != TOP_LEVEL else "train"
+    env = make_env(split=split, turns=1, role_prompts="small", handoff="results")
+    u = env.unwrapped
+    env.reset(seed=0)
+    engineer = prompts.SMALL_GIVEN_DATA_ENGINEER_REPLY if level == 0 else prompts.SMALL_DATA_ENGINEER_REPLY
+    env.step(engineer.replace('"rentals"', repr(u.ds_task().target_columns[0])))
+    shown = u.messages("modeler_0")[-1]["content"]
+    earlier = shown.split("## Work of the earlier agents\n")[1].split("\n\n## Your job")[0]
+    assert "read_pickle" not in earlier and "read_csv" not in earlier  # no code of the data engineer's
+    assert earlier.startswith("### Data engineer\n### Result of running the data engineer's code\n"), earlier
+    example = u.roles[1].examples[0][0]
+    example_earlier = example.split("## Work of the earlier agents\n")[1].split("\n\n## Your job")[0]
+    assert example_earlier.splitlines()[:3] == earlier.splitlines()[:3]  # the same headings and status line
+    assert u.record.metadata["handoff"] == "results"
+    env.close()
+
+
+def test_code_handoff_is_the_default_and_a_wrong_handoff_is_refused():
+    env = make_env(split="level0-train", turns=1, role_prompts="small")
+    u = env.unwrapped
+    env.reset(seed=0)
+    reply = "```python\nprint('checked')\n```"
+    env.step(reply)
+    assert reply in u.messages("modeler_0")[-1]["content"] and "handoff" not in u.record.metadata
+    env.close()
+    with pytest.raises(ValueError, match="handoff"):
+        make_env(split="level0-train", handoff="summary")

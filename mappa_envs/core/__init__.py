@@ -1,6 +1,6 @@
 """Environment core: the sequential role pipeline, text handling and trajectory records."""
 
-from .pipeline import PYTHON_TOOL, PipelineEnv, Role, Task
+from .pipeline import HANDOFFS, PYTHON_TOOL, PipelineEnv, Role, Task
 from .policy import Generation, Policy, ScriptedPolicy, SerialPolicy, policy_for
 from .records import CoachEvaluation, FinishReason, GenerationInfo, Outcome, OutcomeKind, ParseKind
 from .single_agent import SingleAgentView
@@ -18,6 +18,7 @@ from .tools import PythonTool, Tool, fenced_blocks, get_tool, list_tools, regist
 from .trajectory import ActionRecord, EpisodeRecord, Message, ToolCall, read_jsonl, write_jsonl
 
 __all__ = [
+    "HANDOFFS",
     "PYTHON_TOOL",
     "ActionRecord",
     "CoachEvaluation",

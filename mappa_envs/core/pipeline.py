@@ -41,6 +41,10 @@ from .tools import get_tool
 from .trajectory import ActionRecord, EpisodeRecord, Message, OutcomeKind, ToolCall, checked_outcome
 
 PYTHON_TOOL = "python"
+HANDOFFS = ("code", "results")
+"""What a later role sees of an earlier role's action: ``"code"``, its reply and its tool results; ``"results"``,
+its tool results only (its reply only when it called no tool). Small models copy the nearest code in their context;
+``"results"`` keeps an earlier role's code out of it."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,8 @@ class PipelineEnv(AECEnv, abc.ABC):
     ``"answer"`` (an episode is right or wrong: evaluations report accuracy) or ``"graded"`` (its result has a
     quality in [0, 1]: success rate and mean quality). ``grade`` returns the reward and the outcome (see
     ``trajectory.checked_outcome``). ``sandbox`` None: :func:`sandboxes.default_backend` (isolated); the backend
-    used is in each record's ``metadata["sandbox"]``."""
+    used is in each record's ``metadata["sandbox"]``. ``handoff`` (:data:`HANDOFFS`): what later roles see of
+    earlier actions (a record made with ``"results"`` says so in ``metadata["handoff"]``)."""
 
     metadata: dict[str, Any] = {
         "render_modes": ["human", "ansi"],
@@ -127,8 +132,12 @@ class PipelineEnv(AECEnv, abc.ABC):
         max_feedback_chars: int = 4_000,
         max_observation_chars: int = 2**18,
         max_action_space_chars: int = 32_768,
+        handoff: str = "code",
     ):
         super().__init__()
+        if handoff not in HANDOFFS:
+            raise ValueError(f"handoff must be one of {HANDOFFS}, not {handoff!r}")
+        self.handoff = handoff
         if not roles:
             raise ValueError("a pipeline needs at least one role")
         if not tasks:
@@ -253,7 +262,11 @@ class PipelineEnv(AECEnv, abc.ABC):
             task=self.task.prompt,
             seed=seed,
             ground_truth=self.task.answer,
-            metadata={**self.task.metadata, "sandbox": self._sandbox.name},
+            metadata={
+                **self.task.metadata,
+                "sandbox": self._sandbox.name,
+                **({"handoff": self.handoff} if self.handoff != "code" else {}),
+            },
         )
         self.on_episode_start(self.task)
 
@@ -340,7 +353,9 @@ class PipelineEnv(AECEnv, abc.ABC):
         title = f"### {role.title.capitalize()}"
         if role.max_turns > 1:
             title += f" (turn {act.turn})"
-        parts = [title, truncate_middle(act.output, self.max_action_chars).strip() or "(empty reply)"]
+        parts = [title]
+        if self.handoff == "code" or not act.tool_calls:
+            parts.append(truncate_middle(act.output, self.max_action_chars).strip() or "(empty reply)")
         for call in act.tool_calls:
             parts.append(f"### Result of running the {role.title}'s code\n{call.feedback}")
         return "\n".join(parts)

@@ -64,14 +64,18 @@ from .tasks import DSTask, load_dsbench
 DEFAULT_LIMITS = Limits(timeout_s=120.0, memory_mb=2048, cpus=1.0, pids=64, output_bytes=16_384, file_size_mb=256)
 
 
-def dsbench_roles(turns: int = 4, role_prompts: str = "paper", level: int = ladder.TOP_LEVEL) -> tuple[Role, ...]:
+def dsbench_roles(
+    turns: int = 4, role_prompts: str = "paper", level: int = ladder.TOP_LEVEL, handoff: str = "code"
+) -> tuple[Role, ...]:
     """The three roles with the prompts of ``role_prompts`` (:data:`prompts.ROLE_PROMPTS`): ``"paper"``, the
-    contract-in-full prompts; ``"small"``, short instructions with one worked example each, for small models. At
-    ladder ``level`` 0 the data engineer checks the given files instead of writing them (:mod:`.ladder`)."""
+    contract-in-full prompts; ``"small"``, short instructions with one worked example each, for small models (the
+    examples laid out for the env's ``handoff``: :func:`prompts.small_examples`). At ladder ``level`` 0 the data
+    engineer checks the given files instead of writing them (:mod:`.ladder`)."""
     if role_prompts not in prompts.ROLE_PROMPTS:
         raise ValueError(f"role_prompts must be one of {prompts.ROLE_PROMPTS}, not {role_prompts!r}")
     small = role_prompts == "small"
     prefix = "SMALL_" if small else ""
+    examples = prompts.small_examples(level, handoff) if small else {}
 
     def role(name: str) -> Role:
         upper = name.upper()
@@ -79,7 +83,6 @@ def dsbench_roles(turns: int = 4, role_prompts: str = "paper", level: int = ladd
         system = getattr(prompts, f"{prefix}{'GIVEN_' if given else ''}{upper}_SYSTEM")
         if level == 0:
             system = system.replace(*prompts.GIVEN_CONTRACT_LINE)
-        examples = prompts.SMALL_EXAMPLES[name] if small else ()
         return Role(
             name,
             system.replace("{turns}", str(turns)),
@@ -87,7 +90,7 @@ def dsbench_roles(turns: int = 4, role_prompts: str = "paper", level: int = ladd
             max_turns=turns,
             tools=(PYTHON_TOOL,),
             continue_instruction=prompts.SMALL_CONTINUE if small else prompts.CONTINUE,
-            examples=prompts.SMALL_GIVEN_EXAMPLE if small and given else examples,
+            examples=examples.get(name, ()),
         )
 
     return tuple(role(name) for name in ("data_engineer", "modeler", "analyst"))
@@ -158,7 +161,7 @@ class DSBenchEnv(PipelineEnv):
         if sandbox is None or isinstance(sandbox, str):
             sandbox_kwargs = {"limits": DEFAULT_LIMITS, "mode": "warm", **(sandbox_kwargs or {})}
         super().__init__(
-            dsbench_roles(turns, role_prompts, self.level),
+            dsbench_roles(turns, role_prompts, self.level, kwargs.get("handoff", "code")),
             [t.to_task() for t in ds],
             sandbox=sandbox,
             **kwargs,

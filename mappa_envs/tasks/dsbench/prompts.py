@@ -193,3 +193,29 @@ SMALL_GIVEN_EXAMPLE = (
     ),
 )
 """The level-0 data engineer's worked example (the made-up task with the given files in its workspace)."""
+
+
+def small_examples(level: int, handoff: str = "code") -> dict[str, tuple[tuple[str, str], ...]]:
+    """Per role, its worked example at ladder ``level`` for the ``handoff`` of :data:`~mappa_envs.core.HANDOFFS`.
+    ``"code"`` gives :data:`SMALL_EXAMPLES` (and :data:`SMALL_GIVEN_EXAMPLE` for level 0's data engineer) as they
+    always were. ``"results"`` shows later roles only what the earlier roles' code printed, laid out as the env
+    lays it out; at level 0 the data engineer's part is then the check of the given files."""
+    given = level == 0
+    if handoff == "code":
+        return {**SMALL_EXAMPLES, **({"data_engineer": SMALL_GIVEN_EXAMPLE} if given else {})}
+    if handoff != "results":
+        raise ValueError(f"handoff must be 'code' or 'results', not {handoff!r}")
+    task = f"{SMALL_EXAMPLE_TASK.rstrip('.')}, X_train.pkl, y_train.pkl, X_test.pkl." if given else SMALL_EXAMPLE_TASK
+    engineer = f"### Data engineer\n### Result of running the data engineer's code\n{_OK}" + (
+        "(300, 3) (300,) (100, 3)\n0 0" if given else "(300, 6) (100, 6)"
+    )
+    modeler = f"### Modeler\n### Result of running the modeler's code\n{_OK}0.91"
+
+    def example(earlier: str, instruction: str) -> str:
+        return f"## Task\n{task}\n\n## Work of the earlier agents\n{earlier}\n\n## Your job\n{instruction}"
+
+    return {
+        "data_engineer": SMALL_GIVEN_EXAMPLE if given else SMALL_EXAMPLES["data_engineer"],
+        "modeler": ((example(engineer, SMALL_MODELER_INSTRUCTION), SMALL_MODELER_REPLY),),
+        "analyst": ((example(f"{engineer}\n\n{modeler}", SMALL_ANALYST_INSTRUCTION), SMALL_ANALYST_REPLY),),
+    }
