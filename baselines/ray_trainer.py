@@ -343,8 +343,11 @@ class RayTrainer(TrainerBase):
         (Path(path) / "stepped_roles.json").write_text(json.dumps(sorted(self._stepped)))
 
     def export_models(self, path: Path) -> None:
-        """``path/<role>/`` per role: its weights (a shared role's are its owner's; a frozen role's the base)."""
-        self._ray.get([w.export.remote(str(path / role)) for role, ws in self.workers.items() for w in ws])
+        """``path/<role>/`` per role: its weights (a shared role's are its owner's; a frozen role's the base). One
+        role at a time: each export holds a gathered copy and a rebuilt model beside the rank's own (about 1 GB for
+        a 135M model in float32), and the demo's three at once ran a 24 GB machine out of memory (2026-12-05)."""
+        for role, ws in self.workers.items():
+            self._ray.get([w.export.remote(str(path / role)) for w in ws])
         for role in (r for r in self.roles if r not in self.workers):
             shutil.copytree(self.model_paths[role], path / role, dirs_exist_ok=True)
 

@@ -32,7 +32,9 @@ data, which needs ``data_dir``), ``split`` (``train``, ``eval`` or ``all``; DSBe
 ``level0-train``, ``level0-eval``, ... ``level2-*`` = the plain splits: :mod:`.ladder`), ``task_ids`` (a subset),
 ``tasks`` (a list of :class:`DSTask`), ``turns`` (per role), ``reward``, ``prompt_style`` (original DSBench:
 ``cleaned`` or ``original`` descriptions), ``role_prompts`` (``"paper"``, the default: the full hand-over contract
-in every role's prompt; ``"small"``: one worked example per role on a made-up task, for small models),
+in every role's prompt; ``"small"``: one worked example per role on a made-up task, for small models), ``handoff``
+(``"code"``, the default: later roles see the earlier roles' replies and what their code printed; ``"results"``:
+only what it printed, as small models copy the nearest code: :data:`~mappa_envs.core.HANDOFFS`),
 ``sandbox``, ``sandbox_kwargs`` (default limits: 120 s, 2 GB per execution; warm execution: each block is forked
 from a worker that has imported numpy, pandas, scipy and scikit-learn once per episode, instead of importing them
 again in a fresh interpreter; ``{"mode": "fresh"}`` for the latter) and the text limits of
