@@ -175,6 +175,7 @@ def test_results_handoff_shows_later_roles_what_earlier_code_printed_and_not_the
     example = u.roles[1].examples[0][0]
     example_earlier = example.split("## Work of the earlier agents\n")[1].split("\n\n## Your job")[0]
     assert example_earlier.splitlines()[:3] == earlier.splitlines()[:3]  # the same headings and status line
+    assert example.endswith(f"## Your job\n{u.roles[1].instruction}") and shown.endswith(u.roles[1].instruction)
     assert u.record.metadata["handoff"] == "results"
     env.close()
 

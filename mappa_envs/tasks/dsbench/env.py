@@ -88,7 +88,9 @@ def dsbench_roles(
         return Role(
             name,
             system.replace("{turns}", str(turns)),
-            getattr(prompts, f"{prefix}{'GIVEN_' if given else ''}{upper}_INSTRUCTION"),
+            prompts.small_instruction(name, level, handoff)
+            if small
+            else getattr(prompts, f"{'GIVEN_' if given else ''}{upper}_INSTRUCTION"),
             max_turns=turns,
             tools=(PYTHON_TOOL,),
             continue_instruction=prompts.SMALL_CONTINUE if small else prompts.CONTINUE,

@@ -195,6 +195,27 @@ SMALL_GIVEN_EXAMPLE = (
 """The level-0 data engineer's worked example (the made-up task with the given files in its workspace)."""
 
 
+SMALL_RESULTS_INSTRUCTIONS = {
+    "modeler": (
+        "Train a model on X_train.pkl and y_train.pkl and save it with pickle as model.pkl, in one ```python block."
+    ),
+    "analyst": (
+        "Load model.pkl with pickle and X_test.pkl with pandas, predict every test row, and write submission.csv "
+        "with test.csv's id column and the task's target column, in one ```python block."
+    ),
+}
+"""The later roles' instructions under ``handoff="results"`` (small prompts): with no earlier code in view, the
+steps the worked example takes are named."""
+
+
+def small_instruction(name: str, level: int, handoff: str = "code") -> str:
+    """Role ``name``'s instruction in the small prompts at ladder ``level`` for ``handoff``."""
+    if handoff == "results" and name in SMALL_RESULTS_INSTRUCTIONS:
+        return SMALL_RESULTS_INSTRUCTIONS[name]
+    given = "GIVEN_" if level == 0 and name == "data_engineer" else ""
+    return globals()[f"SMALL_{given}{name.upper()}_INSTRUCTION"]
+
+
 def small_examples(level: int, handoff: str = "code") -> dict[str, tuple[tuple[str, str], ...]]:
     """Per role, its worked example at ladder ``level`` for the ``handoff`` of :data:`~mappa_envs.core.HANDOFFS`.
     ``"code"`` gives :data:`SMALL_EXAMPLES` (and :data:`SMALL_GIVEN_EXAMPLE` for level 0's data engineer) as they
@@ -216,6 +237,6 @@ def small_examples(level: int, handoff: str = "code") -> dict[str, tuple[tuple[s
 
     return {
         "data_engineer": SMALL_GIVEN_EXAMPLE if given else SMALL_EXAMPLES["data_engineer"],
-        "modeler": ((example(engineer, SMALL_MODELER_INSTRUCTION), SMALL_MODELER_REPLY),),
-        "analyst": ((example(f"{engineer}\n\n{modeler}", SMALL_ANALYST_INSTRUCTION), SMALL_ANALYST_REPLY),),
+        "modeler": ((example(engineer, SMALL_RESULTS_INSTRUCTIONS["modeler"]), SMALL_MODELER_REPLY),),
+        "analyst": ((example(f"{engineer}\n\n{modeler}", SMALL_RESULTS_INSTRUCTIONS["analyst"]), SMALL_ANALYST_REPLY),),
     }
