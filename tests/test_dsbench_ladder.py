@@ -190,3 +190,39 @@ def test_code_handoff_is_the_default_and_a_wrong_handoff_is_refused():
     env.close()
     with pytest.raises(ValueError, match="handoff"):
         make_env(split="level0-train", handoff="summary")
+
+
+def test_results_handoff_hides_code_that_did_not_run():
+    """A reply cut inside its block runs nothing; under ``handoff="results"`` its code stays out of later roles'
+    view all the same (what it said outside the block is shown)."""
+    env = make_env(split="level0-train", turns=1, role_prompts="small", handoff="results")
+    u = env.unwrapped
+    env.reset(seed=0)
+    env.step("I check the files.\n```python\nimport pandas as pd\nX = pd.read_pickle('X_train.pkl')")  # left open
+    env.step("```python")  # the modeler: an empty, open fence
+    shown = u.messages("analyst_0")[-1]["content"]
+    assert "read_pickle" not in shown and "I check the files." in shown
+    assert "### Modeler\n(no result: none of its code ran, and it said nothing else)" in shown
+    env.close()
+
+
+@pytest.mark.parametrize("task_id", ["penguin-species", "concrete-strength"])
+def test_results_handoff_examples_fit_a_task_once_adapted_and_a_copy_fails(task_id):
+    """Level 0's worked examples under ``handoff="results"`` (pandas pickling) are a reachable solution: adapted to
+    the task (its target, a classifier for a class) they make a valid submission; copied verbatim, none."""
+    from mappa_envs.tasks.dsbench import prompts
+
+    env = make_env(split="level0-all", task_ids=[task_id], turns=1, role_prompts="small", handoff="results")
+    u = env.unwrapped
+    examples = {r.name: r.examples[0][1] for r in u.roles}
+    assert examples["modeler"] == prompts.PANDAS_MODELER_REPLY and "import pickle" not in examples["analyst"]
+    target = u.ds_tasks[task_id].target_columns[0]
+    adapted = {**examples, "analyst": examples["analyst"].replace('"rentals"', repr(target))}
+    if u.ds_tasks[task_id].task_type == "classification":
+        adapted["modeler"] = adapted["modeler"].replace("Regressor", "Classifier")
+    for replies, valid in ((adapted, True), (examples, False)):
+        env.reset(seed=0)
+        for name in ("data_engineer", "modeler", "analyst"):
+            env.step(replies[name])
+        assert u.record.outcome["valid"] is valid, (task_id, u.record.outcome["reason"])
+    env.close()

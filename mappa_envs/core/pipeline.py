@@ -32,6 +32,7 @@ from .text import (
     TextObservation,
     format_feedback,
     normalize_action,
+    prose,
     render_messages,
     sanitize,
     text_space,
@@ -43,8 +44,8 @@ from .trajectory import ActionRecord, EpisodeRecord, Message, OutcomeKind, ToolC
 PYTHON_TOOL = "python"
 HANDOFFS = ("code", "results")
 """What a later role sees of an earlier role's action: ``"code"``, its reply and its tool results; ``"results"``,
-its tool results only (its reply only when it called no tool). Small models copy the nearest code in their context;
-``"results"`` keeps an earlier role's code out of it."""
+its tool results only (when it called no tool, its reply without any fenced block, closed or not). Small models
+copy the nearest code in their context; ``"results"`` keeps an earlier role's code out of it."""
 
 
 @dataclass(frozen=True)
@@ -354,8 +355,11 @@ class PipelineEnv(AECEnv, abc.ABC):
         if role.max_turns > 1:
             title += f" (turn {act.turn})"
         parts = [title]
-        if self.handoff == "code" or not act.tool_calls:
+        if self.handoff == "code":
             parts.append(truncate_middle(act.output, self.max_action_chars).strip() or "(empty reply)")
+        elif not act.tool_calls:  # what it said; a block that did not run (left open, say) is code all the same
+            said = prose(truncate_middle(act.output, self.max_action_chars)).strip()
+            parts.append(said or "(no result: none of its code ran, and it said nothing else)")
         for call in act.tool_calls:
             parts.append(f"### Result of running the {role.title}'s code\n{call.feedback}")
         return "\n".join(parts)

@@ -88,9 +88,7 @@ def dsbench_roles(
         return Role(
             name,
             system.replace("{turns}", str(turns)),
-            prompts.small_instruction(name, level, handoff)
-            if small
-            else getattr(prompts, f"{'GIVEN_' if given else ''}{upper}_INSTRUCTION"),
+            getattr(prompts, f"{prefix}{'GIVEN_' if given else ''}{upper}_INSTRUCTION"),
             max_turns=turns,
             tools=(PYTHON_TOOL,),
             continue_instruction=prompts.SMALL_CONTINUE if small else prompts.CONTINUE,

@@ -195,32 +195,30 @@ SMALL_GIVEN_EXAMPLE = (
 """The level-0 data engineer's worked example (the made-up task with the given files in its workspace)."""
 
 
-SMALL_RESULTS_INSTRUCTIONS = {
-    "modeler": (
-        "Train a model on X_train.pkl and y_train.pkl and save it with pickle as model.pkl, in one ```python block."
-    ),
-    "analyst": (
-        "Load model.pkl with pickle and X_test.pkl with pandas, predict every test row, and write submission.csv "
-        "with test.csv's id column and the task's target column, in one ```python block."
-    ),
-}
-"""The later roles' instructions under ``handoff="results"`` (small prompts): with no earlier code in view, the
-steps the worked example takes are named."""
-
-
-def small_instruction(name: str, level: int, handoff: str = "code") -> str:
-    """Role ``name``'s instruction in the small prompts at ladder ``level`` for ``handoff``."""
-    if handoff == "results" and name in SMALL_RESULTS_INSTRUCTIONS:
-        return SMALL_RESULTS_INSTRUCTIONS[name]
-    given = "GIVEN_" if level == 0 and name == "data_engineer" else ""
-    return globals()[f"SMALL_{given}{name.upper()}_INSTRUCTION"]
+# Under handoff="results" the later roles' examples pickle with pandas (`pd.to_pickle`, `pd.read_pickle`), as the
+# data engineer's files are read: with `import pickle` the greedy 135M modeler wrote `import numpy as np` in its place
+# on 11 of 14 training tasks at level 0 and its `pickle.dump` raised (docs/results.md).
+PANDAS_MODELER_REPLY = (
+    "```python\nimport pandas as pd\nfrom sklearn.ensemble import RandomForestRegressor\n"
+    'X = pd.read_pickle("X_train.pkl")\ny = pd.read_pickle("y_train.pkl")\n'
+    "model = RandomForestRegressor(n_estimators=50, max_depth=10, random_state=0)\nmodel.fit(X, y)\n"
+    'pd.to_pickle(model, "model.pkl")\nprint(model.score(X, y))\n```'
+)
+PANDAS_ANALYST_REPLY = (
+    "```python\nimport pandas as pd\n"
+    'model = pd.read_pickle("model.pkl")\nX_test = pd.read_pickle("X_test.pkl")\n'
+    'test = pd.read_csv("test.csv")\n'
+    'submission = pd.DataFrame({"id": test["id"], "rentals": model.predict(X_test)})\n'
+    'submission.to_csv("submission.csv", index=False)\nprint(submission.shape)\n```'
+)
 
 
 def small_examples(level: int, handoff: str = "code") -> dict[str, tuple[tuple[str, str], ...]]:
     """Per role, its worked example at ladder ``level`` for the ``handoff`` of :data:`~mappa_envs.core.HANDOFFS`.
     ``"code"`` gives :data:`SMALL_EXAMPLES` (and :data:`SMALL_GIVEN_EXAMPLE` for level 0's data engineer) as they
     always were. ``"results"`` shows later roles only what the earlier roles' code printed, laid out as the env
-    lays it out; at level 0 the data engineer's part is then the check of the given files."""
+    lays it out (at level 0 the data engineer's part is the check of the given files), and the modeler's and
+    analyst's replies pickle with pandas (:data:`PANDAS_MODELER_REPLY`, :data:`PANDAS_ANALYST_REPLY`)."""
     given = level == 0
     if handoff == "code":
         return {**SMALL_EXAMPLES, **({"data_engineer": SMALL_GIVEN_EXAMPLE} if given else {})}
@@ -237,6 +235,6 @@ def small_examples(level: int, handoff: str = "code") -> dict[str, tuple[tuple[s
 
     return {
         "data_engineer": SMALL_GIVEN_EXAMPLE if given else SMALL_EXAMPLES["data_engineer"],
-        "modeler": ((example(engineer, SMALL_RESULTS_INSTRUCTIONS["modeler"]), SMALL_MODELER_REPLY),),
-        "analyst": ((example(f"{engineer}\n\n{modeler}", SMALL_RESULTS_INSTRUCTIONS["analyst"]), SMALL_ANALYST_REPLY),),
+        "modeler": ((example(engineer, SMALL_MODELER_INSTRUCTION), PANDAS_MODELER_REPLY),),
+        "analyst": ((example(f"{engineer}\n\n{modeler}", SMALL_ANALYST_INSTRUCTION), PANDAS_ANALYST_REPLY),),
     }
