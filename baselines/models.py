@@ -71,12 +71,31 @@ def bundled_model_dir(key: str = DEFAULT_MODEL) -> Path:
     return target
 
 
+@contextlib.contextmanager
+def _quiet_gguf_reader():
+    """transformers' GGUF reader draws a progress bar of its own (tqdm, not transformers' switchable one) on the
+    console of whichever command converts the model first, ``--no-progress`` or not: the conversion takes a few
+    seconds, once per machine, so it runs without one."""
+    import transformers.modeling_gguf_pytorch_utils as reader
+
+    if not hasattr(reader, "tqdm"):  # another transformers: nothing to silence
+        yield
+        return
+    drawn = reader.tqdm
+    reader.tqdm = lambda items, *args, **kwargs: items
+    try:
+        yield
+    finally:
+        reader.tqdm = drawn
+
+
 def _convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
-    quantised = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
+    with _quiet_gguf_reader():
+        quantised = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
     config = quantised.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config  # the de-quantised weights are plain float32
