@@ -146,23 +146,17 @@ PRESETS["demo-dsbench-v1"] = replace(
 # (`dsbench-rule`: how far each block got, which hand-over files exist and pass the env's check, how close a submission
 # came; it reads the host's scoring of the submission at the last action), on the ladder's level 0 (clean splits given:
 # a model to fit and a submission to write; mappa_envs.tasks.dsbench.ladder), later roles shown earlier roles' tool
-# results rather than their code (handoff="results"), 14 episodes an iteration. Prompts are ~1000-1700 tokens there, so
-# the update runs without gradient checkpointing and computes the prompt every sample of a role shares (its instructions
-# and worked example) once per pass (prefix packs): an iteration took 252-269 s on 2 cores (rollout 83-94 s, update
-# 162-167 s), against 359 s for the first demo's checkpointed padded batches on the same episodes
-# (docs/runs/dsbench-iter). Memory: at least 3.05 GiB of the 23.5 GiB machine stayed available through a 2-iteration run
-# (1-s samples; Ray's memory monitor acts below 1.2 GiB), a peak of ~20.5 GiB for everything on the machine, while the
-# memory check estimates 22.7 GiB for this configuration, more than the 21.5 GiB it finds on the idle machine, and would
-# refuse it: the check is off here, measured instead; keep it on (--memory-check) on a machine with less memory.
+# results rather than their code (handoff="results"), 14 episodes an iteration, the first demo's update (gradient
+# checkpointing, padded micro-batches of one): an iteration took 359 s on 2 cores (rollout 108 s, update 238 s;
+# docs/runs/dsbench-iter). Without checkpointing, on prefix packs computing each role's shared prompt once per pass, it
+# took 252-269 s, but the memory check refuses it (22.7 GiB estimated, 21.5 available) and rightly: a pilot run without
+# the check was killed by Ray's memory monitor in its fourth update, one rank at 8.7 GB, once the team's longer tool
+# results had lengthened the later roles' prompts (docs/runs/dsbench-pilot).
 PRESETS["demo-dsbench"] = replace(
     PRESETS["demo-dsbench-v1"],
     coach="dsbench-rule",
     env_kwargs={**PRESETS["demo-dsbench-v1"].env_kwargs, "split": "level0-train", "handoff": "results"},
     eval_split="level0-eval",
-    pack_tokens=2048,
-    share_prefix=True,
-    gradient_checkpointing=False,
-    memory_check=False,
     out_dir="runs/demo-dsbench",
 )
 
