@@ -27,7 +27,8 @@ model's ``config.json``, no weights loaded), ``b`` bytes per parameter (``cfg.re
     for the layers (measured: one 1152-token sequence, 1024 prompt + 128 response tokens, raised a rank's peak by
     1.66 GiB in a float32 AdamW step, of which 0.07 GiB were the response positions' logits). With gradient
     checkpointing the layers keep only ``~4 * hidden_size * b`` bytes per token and layer (the checkpointed hidden
-    states and their gradients) plus one layer's full activations during its recomputation;
+    states and their gradients) plus one layer's full activations during its recomputation. Prefix packs sharing
+    a prefix (``share_prefix``) count half a pack for it, held in full through the step (never checkpointed);
   - activations peak for one role at a time when the updates run one role after the other (``parallel_updates``
     False, the default on CPU), for every role at once otherwise;
   - during a weight sync (after the updates; one role at a time when the updates run one after the other, every
@@ -204,10 +205,11 @@ def activation_bytes(shape: ModelShape, cfg: TrainConfig, bytes_per_param: int, 
     """Peak activation memory of one micro-batch's forward and backward pass (bytes)."""
     tokens = cfg.micro_batch * (cfg.max_prompt_tokens + cfg.max_new_tokens)
     response_tokens = cfg.micro_batch * (cfg.max_new_tokens + 1)
+    shared = 0  # a prefix shared by the packs (at most half a pack), held through the step, never checkpointed
     if cfg.pack_tokens:  # a prefix pack: its distinct tokens, half of them at most response tokens (logits)
-        # a longer row is a pack alone; a prefix shared by the packs (at most half a pack) is held through the step
-        shared = cfg.pack_tokens // 2 if cfg.share_prefix and not cfg.gradient_checkpointing else 0
-        tokens = max(cfg.pack_tokens + shared, cfg.max_prompt_tokens + cfg.max_new_tokens)
+        # a longer row (less the prefix) is a pack alone
+        shared = cfg.pack_tokens // 2 if cfg.share_prefix else 0
+        tokens = max(cfg.pack_tokens, cfg.max_prompt_tokens + cfg.max_new_tokens - shared)
         response_tokens = max(cfg.pack_tokens // 2, cfg.max_new_tokens + 1)
     b = bytes_per_param
     full_layer = _layer_coefficient() * (2 * shape.hidden_size + shape.intermediate_size) * b
@@ -215,7 +217,7 @@ def activation_bytes(shape: ModelShape, cfg: TrainConfig, bytes_per_param: int, 
         per_token = shape.num_layers * 4 * shape.hidden_size * b + full_layer
     else:
         per_token = shape.num_layers * full_layer
-    return tokens * per_token + response_tokens * shape.vocab_size * (b + 8)
+    return tokens * per_token + shared * shape.num_layers * full_layer + response_tokens * shape.vocab_size * (b + 8)
 
 
 def _dtype_bytes(dtype: str) -> int:

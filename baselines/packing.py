@@ -25,13 +25,17 @@ it once per pack; instead it is run once per step (:func:`prefix_states`) and ev
 values as a cache (:func:`packed_logprobs` with ``prefix``). In a training step the pack passes take the cached keys
 and values as leaf tensors, so their gradients add up there, and one backward through the prefix
 (:class:`SharedPrefix`) passes the sum on to the parameters: the same gradient as computing the prefix with every
-pack, the prefix's forward and backward done once.
+pack, the prefix's forward and backward done once. Under gradient checkpointing the packs' layers are checkpointed
+and read the prefix through a cache that stores nothing (so a layer's recomputation reads what its forward read);
+the prefix's own pass is not checkpointed, since its keys and values must be kept for the step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -225,22 +229,21 @@ def packed_logprobs(
     kwargs: dict[str, Any] = {}
     position_ids = pack.position_ids
     if prefix is not None:
-        from transformers import DynamicCache
-
         n = pack.tokens
         seen = torch.ones((1, 1, n, prefix.length), dtype=mask.dtype, device=mask.device)
         if mask.dtype != torch.bool:
             seen = torch.zeros_like(seen)  # additive: 0 attends
         mask = torch.cat([seen, mask], dim=-1)
         position_ids = position_ids + prefix.length
-        kwargs["past_key_values"] = DynamicCache(ddp_cache_data=prefix.cache)
-    out = model(
-        input_ids=pack.input_ids,
-        position_ids=position_ids,
-        attention_mask=mask,
-        logits_to_keep=pack.logit_index,
-        **kwargs,
-    )
+        kwargs["past_key_values"] = _read_only_cache(prefix.cache)
+    with _checkpointed_layers_read(module, prefix is not None):
+        out = model(
+            input_ids=pack.input_ids,
+            position_ids=position_ids,
+            attention_mask=mask,
+            logits_to_keep=pack.logit_index,
+            **kwargs,
+        )
     logits = out.logits[0].float()  # [M, V]
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
@@ -273,17 +276,76 @@ class SharedPrefix:
         return total
 
 
+@cache
+def _read_only_cache_class() -> type:
+    import torch
+    from transformers import DynamicCache
+
+    class ReadOnlyCache(DynamicCache):
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            layer = self.layers[layer_idx]
+            return torch.cat([layer.keys, key_states], dim=-2), torch.cat([layer.values, value_states], dim=-2)
+
+    return ReadOnlyCache
+
+
+def _read_only_cache(states: list[tuple[Any, Any]]) -> Any:
+    """A cache that hands every layer the prefix's keys and values followed by the pass's own, and stores nothing:
+    a checkpointed layer's recomputation in the backward pass reads what its forward read."""
+    return _read_only_cache_class()(ddp_cache_data=states)
+
+
+def _checkpoint_layers(module: Any) -> list[Any]:
+    """The model's layers that checkpoint themselves (transformers' ``GradientCheckpointingLayer``), if any."""
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except ImportError:  # pragma: no cover - transformers before the class: nothing to toggle
+        return []
+    return [m for m in module.modules() if isinstance(m, GradientCheckpointingLayer)]
+
+
+@contextmanager
+def _checkpointing_off(module: Any):
+    """Gradient checkpointing off for one pass: the shared prefix's layers keep their activations (and its keys and
+    values, which a checkpointed layer would drop), to be backpropagated once after every pack."""
+    layers = [m for m in _checkpoint_layers(module) if m.gradient_checkpointing]
+    for m in layers:
+        m.gradient_checkpointing = False
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.gradient_checkpointing = True
+
+
+@contextmanager
+def _checkpointed_layers_read(module: Any, on: bool):
+    """Let checkpointed layers take the pass's cache (transformers drops it otherwise): it is a read-only
+    :func:`_read_only_cache`, so the backward replay sees the same keys and values as the forward."""
+    layers = [m for m in _checkpoint_layers(module) if on and m.gradient_checkpointing]
+    for m in layers:
+        m._can_checkpoint_with_cache = True
+    try:
+        yield
+    finally:
+        for m in layers:
+            del m._can_checkpoint_with_cache  # back to the class's False
+
+
 def prefix_states(model: Any, ids: Sequence[int], device: Any = None) -> SharedPrefix:
     """Run the prefix ``ids`` through ``model`` once and keep its per-layer keys and values (in the autograd graph when
-    gradients are on). Only the last position's logits are computed (nothing reads them)."""
+    gradients are on). Only the last position's logits are computed (nothing reads them). Under gradient
+    checkpointing the prefix's pass is not checkpointed: it is one pass a step, and its keys and values must be kept."""
     import torch
+    from transformers import DynamicCache
 
-    out = model(
-        input_ids=torch.tensor([list(ids)], dtype=torch.long, device=device),
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    cache = out.past_key_values
+    cache = DynamicCache()  # passed, not asked for with use_cache (which checkpointing models turn off)
+    with _checkpointing_off(getattr(model, "module", model)):
+        model(
+            input_ids=torch.tensor([list(ids)], dtype=torch.long, device=device),
+            past_key_values=cache,
+            logits_to_keep=1,
+        )
     states = [(layer.keys, layer.values) for layer in cache.layers]
     return SharedPrefix(len(ids), states)
 
@@ -335,9 +397,9 @@ def plan_shards(rows: Sequence[tuple[list[int], int]], ranks: int, cfg: TrainCon
 
 
 def sharing_prefix(cfg: TrainConfig) -> bool:
-    """Whether packs attend to a prefix run once per batch (:func:`baselines.packing.plan_packs`): with packs, and
-    without gradient checkpointing (whose layers keep no keys and values)."""
-    return bool(cfg.pack_tokens and cfg.share_prefix and not cfg.gradient_checkpointing)
+    """Whether packs attend to a prefix run once per batch (:func:`baselines.packing.plan_packs`): with packs and
+    ``share_prefix``. Under gradient checkpointing the packs are checkpointed and the prefix's one pass is not."""
+    return bool(cfg.pack_tokens and cfg.share_prefix)
 
 
 def mini_batches(n: int, size: int | None, seed: int) -> list[list[int]]:

@@ -146,17 +146,19 @@ PRESETS["demo-dsbench-v1"] = replace(
 # (`dsbench-rule`: how far each block got, which hand-over files exist and pass the env's check, how close a submission
 # came; it reads the host's scoring of the submission at the last action), on the ladder's level 0 (clean splits given:
 # a model to fit and a submission to write; mappa_envs.tasks.dsbench.ladder), later roles shown earlier roles' tool
-# results rather than their code (handoff="results"), 14 episodes an iteration, the first demo's update (gradient
-# checkpointing, padded micro-batches of one): an iteration took 359 s on 2 cores (rollout 108 s, update 238 s;
-# docs/runs/dsbench-iter). Without checkpointing, on prefix packs computing each role's shared prompt once per pass, it
-# took 252-269 s, but the memory check refuses it (22.7 GiB estimated, 21.5 available) and rightly: a pilot run without
-# the check was killed by Ray's memory monitor in its fourth update, one rank at 8.7 GB, once the team's longer tool
-# results had lengthened the later roles' prompts (docs/runs/dsbench-pilot).
+# results rather than their code (handoff="results"), 14 episodes an iteration. The update: prefix packs of 2048
+# tokens, each role's shared prompt computed once per pass and not checkpointed, the packs' layers checkpointed; on 2
+# cores an iteration took 297 s and 264 s (docs/runs/dsbench-iter/preset-gc), against 359 s with padded micro-batches
+# of one. Without checkpointing it is as fast, but a pilot was killed by Ray's memory monitor in its fourth update (one
+# rank at 8.7 GB, docs/runs/dsbench-pilot); with it the lowest MemAvailable was 4.6 GiB. Checkpoints every 2 iterations.
 PRESETS["demo-dsbench"] = replace(
     PRESETS["demo-dsbench-v1"],
     coach="dsbench-rule",
     env_kwargs={**PRESETS["demo-dsbench-v1"].env_kwargs, "split": "level0-train", "handoff": "results"},
     eval_split="level0-eval",
+    pack_tokens=2048,
+    share_prefix=True,
+    checkpoint_every=2,
     out_dir="runs/demo-dsbench",
 )
 

@@ -112,9 +112,15 @@ def test_the_plan_keeps_a_packs_samples_on_one_rank(share):
 SHARED = [(r[0], r[1]) for r in ROWS if r[0][:5] == P]  # the rows that start with the system prompt
 
 
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["", "checkpointing"])
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
-def test_a_prefix_run_once_for_several_packs_gives_the_same_logprobs_and_gradient(impl):
+def test_a_prefix_run_once_for_several_packs_gives_the_same_logprobs_and_gradient(impl, checkpointing):
+    """Under gradient checkpointing too: the packs' layers recompute in the backward pass, reading the same prefix
+    keys and values (a cache that stores nothing), and the prefix's own pass keeps its keys and values."""
     model = _model(impl)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
     n = shared_prefix(SHARED, cap=100)
     assert n == 4  # the system prompt less its last token: a 5-token prompt's last token is a response's parent
     assert shared_prefix(SHARED, cap=3) == 3 and shared_prefix(ROWS, cap=100) == 0  # [1, 2, 3, 4] shares nothing

@@ -123,8 +123,9 @@ def _packed_checks(queue) -> None:
     tokens = sum(len(s.response_ids) for s in samples)
     base = dict(model=path, zero_stage=0, lr=1e-3, temperature=0.7, max_new_tokens=16, autocast="off")
     dense = RoleWorker("r", 0, 1, port, path, TrainConfig(micro_batch=2, **base))
-    share = os.environ["MAPPA_TEST_SHARE_PREFIX"] == "1"
-    cfg = TrainConfig(micro_batch=2, pack_tokens=120, share_prefix=share, **base)
+    share = os.environ["MAPPA_TEST_SHARE_PREFIX"] != "0"
+    checkpointing = os.environ["MAPPA_TEST_SHARE_PREFIX"] == "checkpointing"
+    cfg = TrainConfig(micro_batch=2, pack_tokens=120, share_prefix=share, gradient_checkpointing=checkpointing, **base)
     packed = RoleWorker("r", 0, 1, port, path, cfg)
     rows = packed._rows(samples)
     from baselines.distributed import plan_shards
@@ -155,12 +156,12 @@ def _packed_checks(queue) -> None:
 
 @needs_deepspeed
 @pytest.mark.slow
-@pytest.mark.parametrize("share", [False, True], ids=["per-pack-prefix", "shared-prefix"])
+@pytest.mark.parametrize("share", ["0", "1", "checkpointing"], ids=["per-pack-prefix", "shared-prefix", "shared-gc"])
 def test_prefix_packs_train_as_padded_micro_batches_do(share, monkeypatch):
     """A RoleWorker with ``pack_tokens`` returns the same log-probs and takes the same optimiser step as one with
     padded micro-batches, with fewer positions computed; with ``share_prefix`` the system prompt all samples share
-    is run once, before the packs, and its gradient sent on after them."""
-    monkeypatch.setenv("MAPPA_TEST_SHARE_PREFIX", "1" if share else "0")
+    is run once, before the packs, and its gradient sent on after them (also with the packs' layers checkpointed)."""
+    monkeypatch.setenv("MAPPA_TEST_SHARE_PREFIX", share)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_packed_checks, args=(queue,))
@@ -169,7 +170,7 @@ def test_prefix_packs_train_as_padded_micro_batches_do(share, monkeypatch):
     proc.join(60)
     assert out["packs"] < 6 and out["saved"] > 0.2, out  # the shared prefixes were packed
     assert out["passes"] == out["packs"], out  # the driver plans the passes the worker runs
-    assert (out["cut"] > 10) == share, out  # the system prompt (and the chat template's start) run once
+    assert (out["cut"] > 10) == (share != "0"), out  # the system prompt (and the chat template's start) run once
     assert out["logp_gap"] < 1e-5, out
     assert out["tokens"][0] == out["tokens"][1], out
     assert abs(out["loss"][0] - out["loss"][1]) < 1e-6, out
