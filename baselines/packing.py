@@ -304,6 +304,9 @@ def _checkpoint_layers(module: Any) -> list[Any]:
     return [m for m in module.modules() if isinstance(m, GradientCheckpointingLayer)]
 
 
+_UNSET = object()
+
+
 @contextmanager
 def _checkpointing_off(module: Any):
     """Gradient checkpointing off for one pass: the shared prefix's layers keep their activations (and its keys and
@@ -323,30 +326,40 @@ def _checkpointed_layers_read(module: Any, on: bool):
     """Let checkpointed layers take the pass's cache (transformers drops it otherwise): it is a read-only
     :func:`_read_only_cache`, so the backward replay sees the same keys and values as the forward."""
     layers = [m for m in _checkpoint_layers(module) if on and m.gradient_checkpointing]
+    if layers and not hasattr(type(layers[0]), "_can_checkpoint_with_cache"):
+        raise RuntimeError(
+            "this transformers version's checkpointed layers drop a cache: share_prefix needs transformers>=5 "
+            "with gradient checkpointing (or --no-share-prefix)"
+        )
+    before = [m.__dict__.get("_can_checkpoint_with_cache", _UNSET) for m in layers]
     for m in layers:
         m._can_checkpoint_with_cache = True
     try:
         yield
     finally:
-        for m in layers:
-            del m._can_checkpoint_with_cache  # back to the class's False
+        for m, was in zip(layers, before, strict=True):
+            if was is _UNSET:
+                m.__dict__.pop("_can_checkpoint_with_cache", None)  # back to the class's value
+            else:
+                m._can_checkpoint_with_cache = was
 
 
 def prefix_states(model: Any, ids: Sequence[int], device: Any = None) -> SharedPrefix:
     """Run the prefix ``ids`` through ``model`` once and keep its per-layer keys and values (in the autograd graph when
     gradients are on). Only the last position's logits are computed (nothing reads them). Under gradient
-    checkpointing the prefix's pass is not checkpointed: it is one pass a step, and its keys and values must be kept."""
+    checkpointing the prefix's pass is not checkpointed: it is one pass a step, and its keys and values are kept for
+    every pack (a checkpointed layer would store them again in its recomputation)."""
     import torch
     from transformers import DynamicCache
 
-    cache = DynamicCache()  # passed, not asked for with use_cache (which checkpointing models turn off)
+    kv = DynamicCache()  # passed, not asked for with use_cache (which checkpointing models turn off)
     with _checkpointing_off(getattr(model, "module", model)):
         model(
             input_ids=torch.tensor([list(ids)], dtype=torch.long, device=device),
-            past_key_values=cache,
+            past_key_values=kv,
             logits_to_keep=1,
         )
-    states = [(layer.keys, layer.values) for layer in cache.layers]
+    states = [(layer.keys, layer.values) for layer in kv.layers]
     return SharedPrefix(len(ids), states)
 
 

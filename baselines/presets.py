@@ -149,8 +149,9 @@ PRESETS["demo-dsbench-v1"] = replace(
 # results rather than their code (handoff="results"), 14 episodes an iteration. The update: prefix packs of 2048
 # tokens, each role's shared prompt computed once per pass and not checkpointed, the packs' layers checkpointed; on 2
 # cores an iteration took 297 s and 264 s (docs/runs/dsbench-iter/preset-gc), against 359 s with padded micro-batches
-# of one. Without checkpointing it is as fast, but a pilot was killed by Ray's memory monitor in its fourth update (one
-# rank at 8.7 GB, docs/runs/dsbench-pilot); with it the lowest MemAvailable was 4.6 GiB. Checkpoints every 2 iterations.
+# of one. Without checkpointing the update is ~9% faster, but a pilot was killed by Ray's memory monitor in its fourth
+# update (one rank at 8.7 GB, docs/runs/dsbench-pilot); with it the lowest MemAvailable was 4.6 GiB. Checkpoints every
+# 2 iterations.
 PRESETS["demo-dsbench"] = replace(
     PRESETS["demo-dsbench-v1"],
     coach="dsbench-rule",

@@ -112,7 +112,7 @@ def test_the_plan_keeps_a_packs_samples_on_one_rank(share):
 SHARED = [(r[0], r[1]) for r in ROWS if r[0][:5] == P]  # the rows that start with the system prompt
 
 
-@pytest.mark.parametrize("checkpointing", [False, True], ids=["", "checkpointing"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointing"])
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 def test_a_prefix_run_once_for_several_packs_gives_the_same_logprobs_and_gradient(impl, checkpointing):
     """Under gradient checkpointing too: the packs' layers recompute in the backward pass, reading the same prefix
@@ -129,16 +129,24 @@ def test_a_prefix_run_once_for_several_packs_gives_the_same_logprobs_and_gradien
     packs = [[0, 1], [2, 3]]  # two packs, both attending to the one prefix
     weights = [1.0, -2.0, 0.5, -1.0]
 
+    calls = []  # a decoder layer's forward runs: with checkpointing, once more in the backward pass of a pack
+    model.model.layers[0].register_forward_pre_hook(lambda *_: calls.append(1))
     model.zero_grad()
     prefix = prefix_states(model, SHARED[0][0][:n])
+    assert len(calls) == 1
     for p in packs:
+        calls.clear()
         lps = packed_logprobs(model, build_pack([rows[i] for i in p]), 0.7, prefix=prefix)
         for i, lp in zip(p, lps, strict=True):
             ids, start = SHARED[i]
             assert lp.shape == (len(ids) - start,)
             torch.testing.assert_close(lp.detach(), _dense(model, ids, start, 0.7).detach(), atol=1e-5, rtol=1e-5)
         loss = sum(weights[i] * lp.sum() for i, lp in zip(p, lps, strict=True))
+        calls.clear()
         loss.backward()  # one backward per pack, as the trainer's micro-batches
+        assert len(calls) == int(checkpointing)  # the pack was checkpointed (and recomputed), the prefix never
+    for layer in model.model.layers:  # the passes left the model's settings as they found them
+        assert layer.gradient_checkpointing == checkpointing and "_can_checkpoint_with_cache" not in vars(layer)
     before = [p.grad.clone() for p in model.parameters()]
     prefix.backward_loss().backward()  # the packs' gradients at the prefix, through its forward, once
     shared = [p.grad.clone() for p in model.parameters()]
