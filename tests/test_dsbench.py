@@ -195,7 +195,10 @@ def assert_refused(outcome: dict, expected: str) -> None:
     assert expected in outcome["reason"], outcome["reason"]
 
 
-@pytest.mark.parametrize("case", sorted(ANALYST_HOSTILE))
+@pytest.mark.parametrize(
+    "case",  # writing and refusing 10^7 rows takes ~7 s: not for make test-fast
+    [pytest.param(c, marks=pytest.mark.slow) if c == "10^7 rows" else c for c in sorted(ANALYST_HOSTILE)],
+)
 def test_hostile_submission_through_an_episode(case):
     code, expected = ANALYST_HOSTILE[case]
     assert_refused(analyst_episode(code), expected)

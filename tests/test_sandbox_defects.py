@@ -228,6 +228,7 @@ def _running(tag: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # 100-200 rounds under load: ~8 s even on the subprocess backend
 @pytest.mark.parametrize(
     ("backend", "rounds"),
     [
