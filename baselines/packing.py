@@ -308,40 +308,39 @@ _UNSET = object()
 
 
 @contextmanager
-def _checkpointing_off(module: Any):
-    """Gradient checkpointing off for one pass: the shared prefix's layers keep their activations (and its keys and
-    values, which a checkpointed layer would drop), to be backpropagated once after every pack."""
-    layers = [m for m in _checkpoint_layers(module) if m.gradient_checkpointing]
+def _set_on(layers: list[Any], name: str, value: Any):
+    """Set attribute ``name`` to ``value`` on each of ``layers`` for a pass, then restore it as it was found (an
+    instance value, or none: the class's)."""
+    before = [m.__dict__.get(name, _UNSET) for m in layers]
     for m in layers:
-        m.gradient_checkpointing = False
-    try:
-        yield
-    finally:
-        for m in layers:
-            m.gradient_checkpointing = True
-
-
-@contextmanager
-def _checkpointed_layers_read(module: Any, on: bool):
-    """Let checkpointed layers take the pass's cache (transformers drops it otherwise): it is a read-only
-    :func:`_read_only_cache`, so the backward replay sees the same keys and values as the forward."""
-    layers = [m for m in _checkpoint_layers(module) if on and m.gradient_checkpointing]
-    if layers and not hasattr(type(layers[0]), "_can_checkpoint_with_cache"):
-        raise RuntimeError(
-            "this transformers version's checkpointed layers drop a cache: share_prefix needs transformers>=5 "
-            "with gradient checkpointing (or --no-share-prefix)"
-        )
-    before = [m.__dict__.get("_can_checkpoint_with_cache", _UNSET) for m in layers]
-    for m in layers:
-        m._can_checkpoint_with_cache = True
+        setattr(m, name, value)
     try:
         yield
     finally:
         for m, was in zip(layers, before, strict=True):
             if was is _UNSET:
-                m.__dict__.pop("_can_checkpoint_with_cache", None)  # back to the class's value
+                m.__dict__.pop(name, None)
             else:
-                m._can_checkpoint_with_cache = was
+                setattr(m, name, was)
+
+
+def _checkpointing_off(module: Any):
+    """Gradient checkpointing off for one pass: the shared prefix's layers keep their activations (and its keys and
+    values, which a checkpointed layer would drop), to be backpropagated once after every pack."""
+    layers = [m for m in _checkpoint_layers(module) if m.gradient_checkpointing]
+    return _set_on(layers, "gradient_checkpointing", False)
+
+
+def _checkpointed_layers_read(module: Any, on: bool):
+    """Let checkpointed layers take the pass's cache (transformers drops it otherwise): it is a read-only
+    :func:`_read_only_cache`, so the backward replay sees the same keys and values as the forward."""
+    layers = [m for m in _checkpoint_layers(module) if m.gradient_checkpointing] if on else []
+    if layers and not hasattr(type(layers[0]), "_can_checkpoint_with_cache"):
+        raise RuntimeError(
+            "this transformers version's checkpointed layers drop a cache: share_prefix needs transformers>=5 "
+            "with gradient checkpointing (or --no-share-prefix)"
+        )
+    return _set_on(layers, "_can_checkpoint_with_cache", True)
 
 
 def prefix_states(model: Any, ids: Sequence[int], device: Any = None) -> SharedPrefix:
