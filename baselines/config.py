@@ -96,13 +96,14 @@ class TrainConfig:
     """Distributed trainer: forward/backward passes over prefix-shared packs of at most this many distinct tokens
     (0: padded micro-batches of ``micro_batch`` rows). A prefix several samples share - the system prompt, an
     agent's earlier turns, a GRPO group's prompt - is computed once (:mod:`baselines.packing`); same log-probs and
-    gradients."""
+    gradients. Full attention only: a model with a sliding window shorter than a row, or layers of another kind, is
+    refused before any actor starts (:func:`baselines.shapes.packing_problem`)."""
     share_prefix: bool = option(True, resume_may_change=True)
     """With ``pack_tokens``: run the prefix all of a rank's samples of a role share once per pass over the batch,
     not once per pack. That prefix (system prompt, worked example; at most ``pack_tokens // 2`` tokens) is attended
     to by every pack (same log-probs and gradients up to float rounding). With gradient checkpointing the packs'
     layers are checkpointed and the prefix's pass is not (its activations, at most half a pack, are kept for the
-    step). Full-attention models only: a sliding window is not applied to packs."""
+    step). Full-attention models only (``pack_tokens``)."""
     train_batch: int | None = None
     """Samples per optimiser step (distributed trainer; None: one step per iteration). A role's batch is split into
     shuffled mini-batches of this size, one step each, against the log-probs of the policy that generated them."""

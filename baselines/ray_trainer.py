@@ -41,6 +41,7 @@ from .loop import TrainerBase
 from .packing import mini_batches
 from .role_weights import owners, role_models
 from .samples import Sample, sample_rows
+from .shapes import check_packable
 
 
 def _batch_figures(batch: RoleBatch, adv: list[Any], samples: int) -> dict[str, float]:
@@ -60,7 +61,7 @@ class RayTrainer(TrainerBase):
     def __init__(self, cfg: TrainConfig):
         super().__init__(cfg)
         import ray
-        from transformers import AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         from .models import resolve_model
 
@@ -75,6 +76,8 @@ class RayTrainer(TrainerBase):
             r: self.tokenizer if names[r] == cfg.model else AutoTokenizer.from_pretrained(self.model_paths[r])
             for r in self.roles
         }
+        trained = {names[r] for r in self.roles if self.weights[r].kind != "frozen"}  # frozen roles never pack
+        check_packable(cfg, {m: AutoConfig.from_pretrained(paths[m]) for m in trained})  # before any actor starts
         ray_init(cfg)
         self._ray = ray
         # whose weights each role acts with: a shared role its owner's (one engine, one set of ranks); a frozen role

@@ -1,6 +1,8 @@
 """Model shapes: parameters, layers, widths and vocabulary of a model from its ``config.json`` (no weights loaded),
 and where a model is on disk (:func:`locate_model`, nothing converted or downloaded). The memory estimate
-(:mod:`baselines.memory`) and the pre-flight checks (:mod:`baselines.checks`) read them."""
+(:mod:`baselines.memory`) and the pre-flight checks (:mod:`baselines.checks`) read them. Whether prefix packs stand
+for a model's attention (:func:`packing_problem`: full attention only), checked by the distributed trainer before
+any actor starts."""
 
 from __future__ import annotations
 
@@ -191,3 +193,44 @@ def model_shape(name: str, folder: Path | None = None) -> ModelShape | None:
     if name in KNOWN_CONFIGS:
         return shape_from_config(KNOWN_CONFIGS[name], "built-in copy of its config.json")
     return None
+
+
+_STATE_SPACE_FIELDS = ("layers_block_type", "ssm_state_size", "mamba_d_state", "state_size")
+
+
+def packing_problem(config: Any, longest_row: int) -> str | None:
+    """Why prefix packs would give a model of this (Hugging Face) ``config`` wrong log-probs, or None. A pack's 4-D
+    mask stands for full softmax attention over a token's ancestors; a sliding window shorter than the longest row
+    (``longest_row`` tokens), a layer of another kind (linear, chunked, state-space) or no attention at all would
+    not see that mask as the padded row's attention, and nothing would say so."""
+    name = type(config).__name__
+    window = getattr(config, "sliding_window", None)
+    short = window is not None and window < longest_row
+    kinds = getattr(config, "layer_types", None)
+    if kinds:
+        other = sorted({k for k in kinds if k not in ("full_attention", "sliding_attention")})
+        if other:
+            return f"{name} has {', '.join(other)} layers: prefix packs stand for full attention only"
+        if "sliding_attention" in kinds and short:
+            return f"{name} has sliding-window layers ({window} tokens) and rows of up to {longest_row} tokens"
+        return None
+    if getattr(config, "num_attention_heads", None) is None or any(hasattr(config, f) for f in _STATE_SPACE_FIELDS):
+        return f"{name} is not an attention-only model: prefix packs stand for full attention only"
+    if short and getattr(config, "use_sliding_window", True):
+        return f"{name} attends through a sliding window ({window} tokens) and rows of up to {longest_row} tokens"
+    return None
+
+
+def check_packable(cfg: Any, configs: dict[str, Any]) -> None:
+    """With ``pack_tokens`` (``cfg``: a :class:`~baselines.config.TrainConfig`; :mod:`baselines.packing`): a
+    :class:`ValueError` naming each model (``configs``: its name -> Hugging Face config)
+    whose attention the packs would not reproduce (:func:`packing_problem`), and how to train it (padded rows)."""
+    if not cfg.pack_tokens:
+        return
+    longest = cfg.max_prompt_tokens + cfg.max_new_tokens + 1
+    problems = [f"{name}: {why}" for name, c in configs.items() if (why := packing_problem(c, longest))]
+    if problems:
+        raise ValueError(
+            "pack_tokens cannot train these models exactly (" + "; ".join(problems) + "): set pack_tokens to 0 "
+            "(padded micro-batches), or a window at least as long as max_prompt_tokens + max_new_tokens"
+        )

@@ -169,3 +169,62 @@ def test_the_plan_packs_the_rows_without_their_shared_prefix():
     once = n + sum(distinct_tokens([rows[i] for i in p]) for p in packs)
     per_pack = sum(distinct_tokens([SHARED[i] for i in p]) for p in pack_samples(SHARED, 12))
     assert len(packs) == 2 and once == per_pack - 4
+
+
+def test_models_whose_attention_a_pack_cannot_stand_for_are_named():
+    """A pack's mask is full attention over a token's ancestors: a sliding window shorter than the longest row, a
+    layer of another kind, or a model without attention is named (and a window longer than any row is fine)."""
+    from transformers import Gemma3TextConfig, LlamaConfig, MambaConfig, MistralConfig, PretrainedConfig, Qwen2Config
+
+    from baselines.shapes import check_packable, packing_problem
+
+    assert packing_problem(LlamaConfig(), 800) is None
+    assert packing_problem(Qwen2Config(), 800) is None  # its window is off (use_sliding_window false)
+    assert packing_problem(MistralConfig(sliding_window=4096), 800) is None
+    assert "sliding window (64 tokens)" in packing_problem(MistralConfig(sliding_window=64), 800)
+    qwen = Qwen2Config(use_sliding_window=True, sliding_window=128, max_window_layers=1, num_hidden_layers=4)
+    assert "sliding-window layers (128 tokens)" in packing_problem(qwen, 800)
+    assert packing_problem(Gemma3TextConfig(sliding_window=4096), 800) is None
+    assert "sliding-window layers (512 tokens)" in packing_problem(Gemma3TextConfig(sliding_window=512), 800)
+    hybrid = LlamaConfig()
+    hybrid.layer_types = ["full_attention", "linear_attention"]
+    assert "linear_attention layers" in packing_problem(hybrid, 800)
+    assert "linear_attention layers" in packing_problem(MambaConfig(), 800)  # how transformers names its layers
+    assert "not an attention-only model" in packing_problem(PretrainedConfig(), 800)  # nothing says attention
+
+    cfg = TrainConfig(pack_tokens=512, max_prompt_tokens=768, max_new_tokens=32)
+    check_packable(cfg, {"llama": LlamaConfig()})
+    with pytest.raises(
+        ValueError,
+        match=r"m2: MistralConfig attends through a sliding window \(64 tokens\) and rows "
+        r"of up to 801 tokens\): set pack_tokens to 0",
+    ):
+        check_packable(cfg, {"llama": LlamaConfig(), "m2": MistralConfig(sliding_window=64)})
+    check_packable(TrainConfig(pack_tokens=0), {"m2": MistralConfig(sliding_window=64)})  # padded rows: exact
+
+
+def test_the_ray_trainer_refuses_a_sliding_window_model_with_packs_before_ray_starts(tmp_path):
+    """A role on its own model (``full@DIR``) whose window is shorter than a row: refused when the trainer is made,
+    naming the model, with no Ray cluster started."""
+    import shutil
+
+    import ray
+    from transformers import MistralConfig
+
+    from baselines.models import tiny_model_dir
+    from baselines.ray_trainer import RayTrainer
+
+    other = tmp_path / "mistral"
+    shutil.copytree(tiny_model_dir(), other)
+    (other / "model.safetensors").unlink(missing_ok=True)  # the config is all the check reads
+    MistralConfig(sliding_window=64).save_pretrained(other)
+    cfg = TrainConfig(
+        model="tiny-random",
+        pack_tokens=512,
+        role_weights={"verifier": f"full@{other}"},
+        memory_check=False,
+        out_dir=str(tmp_path / "run"),
+    )
+    with pytest.raises(ValueError, match=rf"{other}: MistralConfig attends through a sliding window \(64 tokens\)"):
+        RayTrainer(cfg)
+    assert not ray.is_initialized()
