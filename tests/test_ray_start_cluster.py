@@ -121,10 +121,12 @@ def test_the_head_asks_for_a_token(cluster):
 
 
 def test_ray_address_alone_trains_on_both_nodes(cluster, tmp_path):
-    """An engine and a rank per role: every engine on the head, the ranks on the other node except the verifier's,
-    placed next to its engine by its own key (``trainer:verifier=gen``); every role steps and is exported."""
+    """An engine and a rank per set of weights (the code executor on the problem solver's, the verifier on its own):
+    every engine on the head, the ranks on the other node except the verifier's, placed next to its engine by its
+    own key (``trainer:verifier=gen``); every role steps and is exported."""
     out = tmp_path / "run"
     place = ["--place", "engines=gen", "--place", "trainers=learn", "--place", "trainer:verifier=gen"]
+    place += ["--role-weights", "code_executor=shared:problem_solver"]
     run, _ = _mappa(cluster, *TRAIN, "--out", str(out), *place, timeout=900, RAY_ADDRESS=cluster.address)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     joined = f"[ray] joining the Ray cluster at {cluster.address} (RAY_ADDRESS={cluster.address}; token authentication"
@@ -133,8 +135,10 @@ def test_ray_address_alone_trains_on_both_nodes(cluster, tmp_path):
     node_of = {res: nid for nid, r in placed["nodes"].items() for res in ("gen", "learn") if res in r}
     assert set(node_of) == {"gen", "learn"} and node_of["gen"] != node_of["learn"], placed["nodes"]
     actors = placed["actors"]
-    assert all(actors[f"engine:{r}"] == node_of["gen"] for r in ROLES), actors
-    assert actors["trainer:problem_solver:0"] == actors["trainer:code_executor:0"] == node_of["learn"], actors
+    owned = ["engine:problem_solver", "engine:verifier", "trainer:problem_solver:0", "trainer:verifier:0"]
+    assert sorted(actors) == owned, actors
+    assert actors["engine:problem_solver"] == actors["engine:verifier"] == node_of["gen"], actors
+    assert actors["trainer:problem_solver:0"] == node_of["learn"], actors
     assert actors["trainer:verifier:0"] == node_of["gen"], actors
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 1 and all(metrics[0][r]["skipped"] == 0 for r in ROLES), metrics  # every role stepped

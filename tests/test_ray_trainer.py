@@ -21,6 +21,7 @@ if missing:
 
 ROOT = Path(__file__).resolve().parents[1]
 MAPPA = [sys.executable, "-m", "benchmarks.cli"]
+ROLES = ("problem_solver", "code_executor", "verifier")
 COACH = "mappa_envs.coach:LengthCoach"  # scores that differ between a random model's actions: every role learns
 
 
@@ -266,16 +267,35 @@ def test_sigkill_mid_run_then_resume_loses_no_rollout(tmp_path):
     """`mappa train` (two DeepSpeed ranks per set of weights) is killed with SIGKILL while iteration 2's episodes are
     being stored; the re-run resumes after iteration 1's checkpoint, re-uses every stored episode verbatim and
     finishes. The re-run's console is checked as a user sees it: the configuration, the iteration lines and the
-    result, and no library logs or actor output (they go to files in the run's ``logs/``). Two sets of weights, not
-    three (the code executor acts and learns on the problem solver's): each set's ZeRO-3 shards are saved and
-    restored under its own name, with a third of the actors fewer to start twice (the per-role weights of three
-    owners are the ``trained`` fixture's)."""
+    result, and no library logs or actor output (they go to files in the run's ``logs/``).
+
+    Two sets of weights, one of them on a base model of its own: ``--role-weights verifier=full@DIR`` (a random Llama
+    of another shape on the same tokenizer) gives the verifier's engine and ranks that model, and
+    ``code_executor=shared:verifier`` acts and learns with it (one engine and one set of ranks for two roles, one step
+    on both roles' samples), exported as one set of weights that moved. Each set's ZeRO-3 shards are saved and
+    restored under its own name. (Three owners on the team's model: the ``trained`` fixture; the frozen role: the
+    LoRA acceptance run.)"""
+    from safetensors.torch import load_file
+
+    from baselines.models import random_llama
+
+    other = random_llama(
+        tmp_path / "other",
+        seed=1,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
     out = tmp_path / "run"
     args = [
         "--coach",
         COACH,
         "--role-weights",
-        "code_executor=shared:problem_solver",
+        f"verifier=full@{other}",
+        "--role-weights",
+        "code_executor=shared:verifier",
         "--train-batch",
         "8",
         "--iterations",
@@ -326,14 +346,30 @@ def test_sigkill_mid_run_then_resume_loses_no_rollout(tmp_path):
     assert metrics[0]["reused_episodes"] == 0 and metrics[1]["reused_episodes"] == len(kept)
     assert "[resume]" in _log(out, tail=None)
     # both ranks got work: the balanced shards drop nothing
-    shared = metrics[1]["problem_solver"]["samples"] + metrics[1]["code_executor"]["samples"]
-    for role, samples in (("problem_solver", shared), ("code_executor", shared), ("verifier", None)):
+    shared = metrics[1]["verifier"]["samples"] + metrics[1]["code_executor"]["samples"]
+    for role, samples in (("problem_solver", None), ("code_executor", shared), ("verifier", shared)):
         assert metrics[1][role]["rank_tokens_min"] > 0
         # 12+ samples a role (24+ for the two that share weights: one step on both's) in mini-batches of 8
         samples = samples or metrics[1][role]["samples"]
         assert metrics[1][role]["optimizer_steps"] == -(-samples // 8) >= 2
-    assert metrics[1]["problem_solver"]["loss"] == metrics[1]["code_executor"]["loss"]
+    for m in metrics:
+        assert m["verifier"]["skipped"] == 0 and m["verifier"]["loss"] == m["code_executor"]["loss"]
+        assert m["problem_solver"]["skipped"] == 0
     assert (out / "checkpoints" / "latest").read_text() == "iter-00001"
+    # the verifier's own model, trained and exported, is the code executor's too
+    models = out / "models"
+    shapes = {r: json.loads((models / r / "config.json").read_text())["hidden_size"] for r in ROLES}
+    assert shapes == {"problem_solver": 64, "verifier": 128, "code_executor": 128}
+    start, trained = load_file(other / "model.safetensors"), load_file(models / "verifier" / "model.safetensors")
+    assert start.keys() <= trained.keys() and any(not torch.equal(start[k], trained[k]) for k in start)
+    coder = load_file(models / "code_executor" / "model.safetensors")
+    assert all(torch.equal(trained[k], coder[k]) for k in trained)
+    placed = sorted(json.loads((out / "placement.json").read_text())["actors"])
+    assert placed == [
+        "engine:problem_solver",
+        "engine:verifier",
+        *(f"trainer:{r}:{k}" for r in ("problem_solver", "verifier") for k in (0, 1)),
+    ]
 
 
 def _assert_console(console: str, out: Path, iterations: int, world_size: int, owners: int) -> None:
@@ -414,52 +450,3 @@ def test_issue_18_acceptance_lora_shared_and_frozen(tmp_path):
     assert all(torch.allclose(rebuilt[k], solver[k], atol=1e-6) for k in solver)
     assert any(not torch.equal(solver[k], base[k]) for k in base)
     assert (out / "checkpoints" / "latest").exists() and list((out / "checkpoints").glob("iter-*/lora-*.pt"))
-
-
-def test_a_role_on_its_own_base_model(tmp_path):
-    """`--role-weights verifier=full@DIR`: the verifier's engine and ranks start from another model (here a random
-    Llama of another shape on the same tokenizer), and `code_executor=shared:verifier` acts and learns with it: one
-    engine and one set of ranks for two roles with full weights (one step on both roles' samples), exported as one
-    set of weights that moved. (The frozen role is checked by the LoRA acceptance run above.)"""
-    from safetensors.torch import load_file
-
-    from baselines.models import random_llama
-
-    other = random_llama(
-        tmp_path / "other",
-        seed=1,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-    )
-    out = tmp_path / "run"
-    args = [
-        "--coach",
-        COACH,
-        "--role-weights",
-        f"verifier=full@{other}",
-        "--role-weights",
-        "code_executor=shared:verifier",
-    ]
-    proc = _run(args, out)
-    try:
-        assert proc.wait(timeout=900) == 0, _log(out)
-    finally:
-        _kill_group(proc)
-    for m in [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]:
-        assert m["verifier"]["skipped"] == 0 and m["verifier"]["loss"] == m["code_executor"]["loss"]
-        assert m["problem_solver"]["skipped"] == 0
-    models = out / "models"
-    shapes = {
-        r: json.loads((models / r / "config.json").read_text())["hidden_size"]
-        for r in ("problem_solver", "verifier", "code_executor")
-    }
-    assert shapes == {"problem_solver": 64, "verifier": 128, "code_executor": 128}
-    start, trained = load_file(other / "model.safetensors"), load_file(models / "verifier" / "model.safetensors")
-    assert start.keys() <= trained.keys() and any(not torch.equal(start[k], trained[k]) for k in start)
-    coder = load_file(models / "code_executor" / "model.safetensors")
-    assert all(torch.equal(trained[k], coder[k]) for k in trained)
-    placed = sorted(json.loads((out / "placement.json").read_text())["actors"])
-    assert placed == ["engine:problem_solver", "engine:verifier", "trainer:problem_solver:0", "trainer:verifier:0"]
