@@ -29,8 +29,8 @@ demo: setup
 	$(BIN)/mappa train --preset demo
 
 # The slowest tests are listed at the end. PYTEST_FLAGS="-n 2" runs two pytest-xdist workers (the Ray trainer runs
-# as one unit, every other module as one: tests/conftest.py); on 2 cores the suite is CPU-bound and timing-sensitive
-# sandbox tests beside the trainer runs can miss their 2 s limits, so it is not the default.
+# as one unit, every other module as one: tests/conftest.py), for machines with more cores; on 2 cores the suite is
+# CPU-bound and two workers were measured slower than one (docs/runs/test-suite/README.md), so it is not the default.
 PYTEST_FLAGS ?=
 test: setup sandbox
 	$(BIN)/python -m pytest --durations=25 $(PYTEST_FLAGS)
