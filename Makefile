@@ -25,7 +25,10 @@ $(STAMP): pyproject.toml
 sandbox: setup
 	bash scripts/sandbox_setup.sh $(BIN)/python
 
-demo: setup
+# The demo runs agent-written code: it sets up the isolating sandboxes first, as `make test` does (root with apt:
+# bubblewrap and Docker; elsewhere it says what is missing and that `sudo make sandbox` fixes it), and
+# `mappa train` says which backend runs in its first line and in runs/demo/config.json.
+demo: setup sandbox
 	$(BIN)/mappa train --preset demo
 
 # The slowest tests are listed at the end. PYTEST_FLAGS="-n 2" runs two pytest-xdist workers (the Ray trainer runs

@@ -173,7 +173,7 @@ _plugins_loaded = False
 def register_estimator(
     name: str, fn: Estimator, *, process_reward: bool = True, min_samples_per_prompt: int = 1, override: bool = False
 ) -> Estimator:
-    """Make ``fn`` available as ``mappa train --estimator NAME`` (and to ``mappa ablate --estimators``)."""
+    """Make ``fn`` available as ``mappa train --estimator NAME`` (and to ``mappa ablate --arms``)."""
     if name in _SPECS and not override and _SPECS[name].fn is not fn:
         raise ValueError(f"an estimator is already registered as {name!r} (override=True replaces it)")
     _SPECS[name] = EstimatorSpec(fn, process_reward, min_samples_per_prompt)

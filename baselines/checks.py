@@ -178,6 +178,26 @@ def _check_estimator(cfg: TrainConfig) -> Check:
     )
 
 
+def _check_coach(cfg: TrainConfig) -> Check:
+    """The coach the run's reward needs, built as the trainer builds it (an unknown spec fails here, not in the
+    run); 'none' and outcome-only estimators need none."""
+    from mappa_envs.coach import coach_from_spec
+
+    try:
+        from .advantages import uses_process_reward
+
+        process = uses_process_reward(cfg.estimator)
+    except (ImportError, KeyError, ValueError):  # the estimator check says why
+        process = True
+    if cfg.coach == "none" or not process:
+        return Check("coach", True, f"none ({'coach none' if cfg.coach == 'none' else cfg.estimator}: outcome only)")
+    try:
+        coach = coach_from_spec(cfg.coach)
+    except Exception as e:  # a spec that names no coach, a factory that fails
+        return Check("coach", False, f"--coach {cfg.coach!r}: {e}")
+    return Check("coach", True, f"{cfg.coach} ({getattr(coach, 'name', type(coach).__name__)})")
+
+
 def _check_options(cfg: TrainConfig) -> Check:
     problems = choice_problems(cfg)  # every field typed as a Literal: trainer, truncated, zero_stage, dtype...
     if cfg.trainer == "local" and cfg.train_batch:
@@ -292,7 +312,7 @@ def check_config(cfg: TrainConfig, *, roles: list[str] | None = None, n_tasks: i
     ev = _check_eval(cfg)
     if ev is not None:
         checks.append(ev)
-    checks += [_check_estimator(cfg), _check_options(cfg)]
+    checks += [_check_estimator(cfg), _check_coach(cfg), _check_options(cfg)]
     if cfg.role_weights or cfg.share_model:
         checks.append(_check_role_weights(cfg, found_roles))
     if cfg.placement:

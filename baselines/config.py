@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mappa_envs.coach.rescore import coach_specs_help
+
 from .fields import choices, one_of, option
+from .role_weights import spec_forms_help
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 """A weights dtype: 'auto' is resolved by the device (:meth:`TrainConfig.resolved_dtype`)."""
@@ -38,20 +42,25 @@ class TrainConfig:
     truncated: Literal["mask", "keep"] = "mask"
     """Responses cut at ``max_new_tokens`` (no end-of-sequence token sampled): 'mask' leaves them out of the loss,
     'keep' trains on the tokens sampled (no EOS added). 'mask' is the reference's ``mask_truncated_completions``."""
-    coach: str = "rule"
-    """Process-reward coach: 'rule', 'rule-hindsight' (one call per finished episode, every action scored knowing the
-    outcome), DSBench's progress coaches 'dsbench-rule', 'dsbench-rule-blind' and 'dsbench-rule-hindsight', 'none'
-    (outcome-only runs) or 'package.module:factory' (a callable returning a coach, e.g. an ``LLMCoach`` on your
-    server); any spec of mappa_envs.coach.coach_from_spec. 'rule' is RuleBasedCoach, 'rule-hindsight'
-    RuleHindsightCoach."""
+    coach: str = option(
+        "rule", help="Process-reward coach: " + coach_specs_help({"none": "no coach (outcome-only runs)"})
+    )
+    """Process-reward coach: a spec of :data:`mappa_envs.coach.rescore.COACH_SPECS` (the flag's help lists each with
+    what it sees), or 'none' (outcome-only runs). 'rule' is :class:`~mappa_envs.coach.RuleBasedCoach`, the
+    rule-based stand-in for the method's LLM coach; 'rule-hindsight' is the answer-key hindsight coach
+    (``rule-hindsight-key``)."""
     share_model: bool = False
-    """One model for every role (single-process trainer only). The same as ``role_weights`` with every other role
-    ``shared:<first role>``; the default gives each role its own weights."""
-    role_weights: dict[str, str] = option(default_factory=dict, metavar="ROLE=SPEC")  # noqa: RUF009
-    """Which weights each role acts and learns with: ROLE=full, ROLE=frozen or ROLE=shared:OTHER_ROLE (a key given
-    twice: the last wins). 'full' is its own model (the default), 'frozen' never updated (its samples not trained
-    on), 'shared:ROLE' the same trainable weights as another role (single-process trainer):
-    :mod:`baselines.role_weights`."""
+    """One model for every role: the same as ``role_weights`` with every other role ``shared:<first role>``; the
+    default gives each role its own weights."""
+    role_weights: dict[str, str] = option(  # noqa: RUF009
+        default_factory=dict,
+        metavar="ROLE=SPEC",
+        help="Which weights each role acts and learns with, ROLE=SPEC (a role not named: full); the specs: "
+        + spec_forms_help(),
+    )
+    """Which weights each role acts and learns with: ROLE=SPEC, a spec of
+    :data:`baselines.role_weights.SPEC_FORMS` (a key given twice: the last wins); both trainers take every form
+    (:mod:`baselines.role_weights`)."""
 
     # --- schedule
     iterations: int = option(2, resume_may_change=True)
@@ -207,6 +216,10 @@ class TrainConfig:
     """Save a checkpoint every N iterations (the last iteration is always saved); 0 saves only the last one."""
     keep_checkpoints: int = option(2, resume_may_change=True)
     """Checkpoints kept on disk (older ones are deleted)."""
+    keep_finished_checkpoints: bool = option(False, resume_may_change=True)
+    """Keep the checkpoints when the run has finished. By default ``mappa train`` removes them once every role's
+    model is exported to ``models/``: they hold the optimiser state (about 4.6 GB for the demo's three 135M roles)
+    and serve only to resume or extend the run, which then cannot be."""
     resume: bool = option(True, resume_may_change=True)
     """Continue from the latest checkpoint in ``out_dir`` and re-use its stored rollouts."""
     tensorboard: bool = option(True, resume_may_change=True)
@@ -269,11 +282,40 @@ class TrainConfig:
         return "bfloat16" if self.resolved_device() == "cuda" else "float32"
 
 
+@functools.cache
+def _sandbox_choice(spec: str | None, image: str | None) -> tuple[tuple[str, Any], ...]:
+    import sandboxes
+
+    chosen_by = "the env's sandbox argument"
+    if spec is None:
+        spec, chosen_by = sandboxes.default_backend(), f"${sandboxes.DEFAULT_BACKEND_VAR}"
+        if spec == "auto":
+            chosen_by = "auto"
+    reasons: list[str] = []
+    if spec == "auto":
+        spec, reasons = sandboxes.auto_choice(**({"image": image} if image else {}))
+        chosen_by = "auto"
+    isolated = spec in ("docker", "bubblewrap", "sandboxfusion")
+    return (("backend", spec), ("isolated", isolated), ("chosen_by", chosen_by), ("passed_over", tuple(reasons)))
+
+
+def sandbox_choice(cfg: TrainConfig) -> dict[str, Any]:
+    """The sandbox backend the run's envs execute agent code in: ``backend`` (``docker``, ``bubblewrap``,
+    ``subprocess``...), ``isolated``, ``chosen_by`` (``auto``: the most isolating one that works here;
+    ``$MAPPA_SANDBOX``; the env's ``sandbox`` argument) and, for ``auto``, why each more isolating one was
+    passed over. Computed once per process (``mappa train`` prints it and records it in ``config.json``)."""
+    spec = cfg.env_kwargs.get("sandbox")
+    image = (cfg.env_kwargs.get("sandbox_kwargs") or {}).get("image")
+    out = dict(_sandbox_choice(spec if isinstance(spec, str) else None, image))
+    out["passed_over"] = list(out["passed_over"])
+    return out
+
+
 def config_record(cfg: TrainConfig) -> dict[str, Any]:
     """A run's ``config.json``: every field; ``reward_information``, what its reward sees
     (:mod:`mappa_envs.coach.information`: ``outcome`` for an outcome-only estimator or no coach, else the coach's);
-    and ``numerics``, what 'auto' resolved to on this machine (device, the trainer's weights and matmuls, the
-    engines' weights)."""
+    ``numerics``, what 'auto' resolved to on this machine (device, the trainer's weights and matmuls, the
+    engines' weights); and ``sandbox``, where agent code runs (:func:`sandbox_choice`)."""
     from dataclasses import asdict
 
     from mappa_envs.coach import coach_from_spec
@@ -292,4 +334,9 @@ def config_record(cfg: TrainConfig) -> dict[str, Any]:
         "autocast": cfg.resolved_autocast() or "off",
         "engine_dtype": cfg.resolved_engine_dtype(),
     }
-    return {**asdict(cfg), "reward_information": reward_information(coach, process), "numerics": numerics}
+    return {
+        **asdict(cfg),
+        "reward_information": reward_information(coach, process),
+        "numerics": numerics,
+        "sandbox": sandbox_choice(cfg),
+    }

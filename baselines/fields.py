@@ -100,6 +100,74 @@ def choice_problems(cfg: Any) -> list[str]:
     return problems
 
 
+def _coerce(name: str, tp: Any, value: Any) -> Any:
+    """``value`` (as JSON or YAML gives it) as field ``name`` of type ``tp`` holds it: a list as a tuple; a number
+    where a float is asked; anything else of the wrong type an error naming the field."""
+    tp = base_type(tp)
+    origin = typing.get_origin(tp)
+    if value is None:
+        return None
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{name} takes a list, not {value!r}")
+        return tuple(value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{name} takes a mapping, not {value!r}")
+        return dict(value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (bool, int, float, str) and not (isinstance(value, tp) and (tp is bool or not isinstance(value, bool))):
+        raise ValueError(f"{name} takes a {tp.__name__}, not {value!r}")
+    return value
+
+
+def values_from_mapping(cls: type, data: dict[str, Any], *, ignore: tuple[str, ...] = (), what: str = "") -> dict:
+    """The field values of ``cls`` that the mapping ``data`` gives (a configuration file's contents), each as the
+    field holds it; keys in ``ignore`` skipped (what a run's ``config.json`` records beside its fields). A key that is
+    no field is an error naming it and the fields, not a silent default."""
+    types_ = field_types(cls)
+    unknown = sorted(k for k in data if k not in types_ and k not in ignore)
+    if unknown:
+        import difflib
+
+        near = {k: difflib.get_close_matches(k, list(types_), n=1) for k in unknown}
+        hint = "; ".join(f"{k!r}: did you mean {m[0]!r}?" for k, m in near.items() if m)
+        raise ValueError(
+            f"{what or cls.__name__}: unknown keys {unknown}"
+            + (f" ({hint})" if hint else "")
+            + f"; the fields are {sorted(types_)}"
+        )
+    return {k: _coerce(k, types_[k], v) for k, v in data.items() if k in types_}
+
+
+def read_mapping(path: str) -> dict[str, Any]:
+    """A configuration file's mapping: JSON (``.json``) or YAML (``.yaml``, ``.yml``; needs PyYAML). A file that
+    is not a mapping, or does not parse, is an error naming it."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the configuration file ({e.strerror or e})") from None
+    try:
+        if p.suffix.lower() in (".yaml", ".yml"):
+            import yaml  # PyYAML: the train extra
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as e:
+        raise ValueError(
+            f"{path}: not a valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'} file: {e}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a configuration file holds a mapping of field names to values")
+    return data
+
+
 def resume_may_change(cls: type) -> frozenset[str]:
     """The fields of ``cls`` marked ``option(..., resume_may_change=True)``."""
     return frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("resume_may_change"))

@@ -267,6 +267,27 @@ PAPER_NODE = Hardware(
 HARDWARE: dict[str, Hardware] = {name: PAPER_NODE for name in PRESETS if name.startswith("paper-")}
 
 
+SUMMARIES: dict[str, str] = {
+    "smoke": "2 iterations of the distributed trainer on a tiny random model: the whole stack in a few minutes",
+    "demo": "the main job (`make demo`): three SmolLM2-135M roles, REINFORCE++ with the rule coach, 8 iterations on "
+    "arith2-train, arith2-dev-1step before and after (~30 min on 2 CPU cores)",
+    "demo-v1": "the mappa-bench-v1 demo (one-operation problems, the answer-key hindsight coach), kept as published",
+    "demo-arith": "the fixed workload of the throughput measurements (two- and three-operation problems)",
+    "demo-dsbench-v1": "DSBench-lite's first demo with the rule coach, kept as published",
+    "demo-dsbench": "DSBench-lite ladder level 0 with the dsbench-rule progress coach (~5 min an iteration on 2 cores)",
+    "paper-mathchat-1.5b": "the paper's MathChat run: DeepSeek-R1-Distill-Qwen-1.5B on 512 AIME problems (GPUs)",
+    "paper-mathchat-4b": "the paper's MathChat run: Qwen3-4B on 512 AIME problems (GPUs)",
+    "paper-dsbench-4b": "the paper's DSBench run: Qwen3-4B on the 64 original DSBench tasks (GPUs, the data on disk)",
+}
+"""One line per preset: what ``mappa presets`` and ``mappa train`` without a preset list."""
+
+
+def preset_lines() -> str:
+    """Every preset in one line each: its name and :data:`SUMMARIES`' line."""
+    width = max(len(n) for n in PRESETS) + 2
+    return "\n".join(f"  {name:<{width}}{SUMMARIES.get(name, '')}".rstrip() for name in PRESETS)
+
+
 def preset(name: str, **overrides) -> TrainConfig:
     try:
         base = PRESETS[name]

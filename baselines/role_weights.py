@@ -28,6 +28,20 @@ from typing import Any
 
 KINDS = ("full", "frozen", "shared", "lora")
 
+SPEC_FORMS: dict[str, str] = {
+    "full": "its own full model, trained on its own samples (the default)",
+    "full@MODEL": "its own full model started from MODEL (a bundled key, a folder or a cached Hugging Face id)",
+    "frozen": "the base model, never updated; its samples are not trained on",
+    "shared:ROLE": "the same trainable weights as ROLE (a full or lora role)",
+    "lora[:RANK]": "its own LoRA adapter on one frozen base shared by every LoRA role",
+}
+"""Every form :func:`parse_spec` takes, with what it means (both trainers take each): the ``--role-weights`` help."""
+
+
+def spec_forms_help() -> str:
+    """The forms as one help sentence."""
+    return "; ".join(f"{form}: {what}" for form, what in SPEC_FORMS.items())
+
 
 @dataclass(frozen=True)
 class WeightSpec:

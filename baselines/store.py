@@ -110,4 +110,44 @@ def check_resumable(cfg: TrainConfig) -> dict[str, Any] | None:
     return saved
 
 
-__all__ = ["REMOVED", "RESUME_MAY_CHANGE", "TrajectoryStore", "check_resumable"]
+EXPORTED = ("config.json", "adapter_config.json")
+"""A role's folder under ``models/`` holds one of these when it is exported: a full model, or a LoRA adapter."""
+
+
+def drop_finished_checkpoints(run: str | Path, roles: list[str], log=print) -> int:
+    """Remove a finished run's checkpoints (weights with their optimiser and scheduler state: they serve only to
+    resume or extend the run) once every role of ``roles`` is exported to ``models/<role>/``; leave
+    ``checkpoints/REMOVED`` saying so, which :func:`check_resumable` reads (a resumed run would start again from the
+    base weights on episodes the trained policies sampled). Says what was freed, or why nothing was; returns the
+    bytes freed. ``mappa train`` calls it when a run has finished, unless ``--keep-finished-checkpoints``."""
+    import shutil
+
+    folder = Path(run) / "checkpoints"
+    if not (folder / "latest").is_file():
+        return 0
+    missing = [r for r in roles if not any((Path(run) / "models" / r / f).is_file() for f in EXPORTED)]
+    if not roles or missing:
+        log(f"kept {folder}: models/ lacks {missing or 'every role'} (not all exported)")
+        return 0
+    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    shutil.rmtree(folder)
+    folder.mkdir()
+    (folder / REMOVED).write_text(
+        f"The run removed its checkpoints ({size / 2**30:.2f} GiB) when it finished, after exporting "
+        f"models/{{{','.join(roles)}}}: it cannot be resumed or extended (--keep-finished-checkpoints keeps them).\n"
+    )
+    log(
+        f"the finished run removed its checkpoints ({size / 2**30:.2f} GiB of weights and optimiser state; "
+        f"--keep-finished-checkpoints keeps them): models/ holds the trained weights"
+    )
+    return size
+
+
+__all__ = [
+    "EXPORTED",
+    "REMOVED",
+    "RESUME_MAY_CHANGE",
+    "TrajectoryStore",
+    "check_resumable",
+    "drop_finished_checkpoints",
+]

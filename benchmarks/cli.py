@@ -2,7 +2,9 @@
 
 mappa envs                                   list registered environments
 mappa run --env mappa/MathChat-v0 -n 3       run episodes with local models, write trajectories, print stats
+mappa presets                                the named training configurations, one line each
 mappa train --preset demo                    train every role (REINFORCE++ / GRPO / outcome-only)
+mappa train --config runs/demo/config.json   the same from a configuration file (JSON or YAML; flags override)
 mappa eval -k 1                              evaluate a team on AIME-32, AMC-32 and DSBench eval, with intervals
 mappa eval --run RUN --tasks F --compare     a run's team vs the bundled one on a task file: paired exact test
 mappa report run RUN [RUN ...]               a report (Markdown + PNG, HTML) of training runs
@@ -28,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mappa", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     train.add_parser(sub)
+    presets = sub.add_parser("presets", help="the named training configurations (--preset), one line each")
+    presets.set_defaults(func=_cmd_presets)
     report.add_parser(sub)
     ablate.add_parser(sub)
     sub.add_parser("bench", help="the performance suite: every figure against a reference (mappa bench -h)")
@@ -37,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parsers(sub)
     serve.add_parser(sub)
     return parser
+
+
+def _cmd_presets(args: argparse.Namespace) -> int:
+    from baselines.presets import preset_lines
+
+    print(preset_lines())
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -286,13 +286,17 @@ def _print(rows: list[dict[str, Any]]) -> None:
             print(f"{'':<82}{'':>10}  ({r['reference_skipped']})")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mappa bench", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.add_argument("--skip", nargs="*", default=[], choices=SECTIONS)
     p.add_argument("--json", default=None)
     add_ray_address(p)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     use_ray_address(args.ray_address)  # the rollout section's engines, and the demo section's `mappa train` runs
     n = 5 if args.quick else 20
     rows: list[dict[str, Any]] = []

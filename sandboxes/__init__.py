@@ -40,15 +40,13 @@ class IsolationWarning(UserWarning):
     """``sandbox="auto"`` found no isolating backend and fell back to plain subprocesses."""
 
 
-def auto_backend(**kwargs: Any) -> Sandbox:
-    """The most isolating backend that works here: Docker where an engine answers and the sandbox image exists,
-    else bubblewrap, else the (not isolating) subprocess backend, with a warning that says why.
+SETUP_COMMAND = "sudo make sandbox"
+"""The one command that sets up the isolating backends on a machine with root and apt (scripts/sandbox_setup.sh):
+bubblewrap and its rootfs, a Docker engine and the sandbox image."""
 
-    ``limits`` (and ``mode``, ``preload``) are passed to whichever backend is chosen; the other keyword
-    arguments only to Docker.
-    """
-    import warnings
 
+def _auto_pick(kwargs: dict[str, Any]) -> tuple[Sandbox | None, list[str]]:
+    """The sandbox ``auto`` picks (None: no isolating backend works here) and why each better one was passed over."""
     common = {k: v for k, v in kwargs.items() if k in ("limits", "mode", "preload")}
     reasons = []
     try:
@@ -60,22 +58,51 @@ def auto_backend(**kwargs: Any) -> Sandbox:
         elif not image_exists(kwargs.get("image", DEFAULT_IMAGE)):
             reasons.append("docker: the sandbox image is not built (python -m sandboxes build)")
         else:
-            return _docker(**kwargs)
+            return _docker(**kwargs), reasons
     except Exception as e:  # the docker SDK is not installed
         reasons.append(f"docker: {type(e).__name__}: {e}")
     try:
-        return _bubblewrap(**common)
+        return _bubblewrap(**common), reasons
     except Exception as e:
         reasons.append(f"bubblewrap: {type(e).__name__}: {e}")
-    warnings.warn(
+    return None, reasons
+
+
+def auto_choice(**kwargs: Any) -> tuple[str, list[str]]:
+    """The backend ``sandbox="auto"`` runs here (``docker``, ``bubblewrap`` or ``subprocess``) and why each more
+    isolating one was passed over: what ``mappa train`` prints before a run and records in its ``config.json``."""
+    sandbox, reasons = _auto_pick(kwargs)
+    if sandbox is None:
+        return "subprocess", reasons
+    name = "docker" if type(sandbox).__name__ == "DockerSandbox" else "bubblewrap"
+    sandbox.close()
+    return name, reasons
+
+
+def no_isolation_message(reasons: list[str]) -> str:
+    """What is said where no isolating backend can run: why, what that means, and the command that fixes it."""
+    return (
         "no isolating sandbox is available (" + "; ".join(reasons) + "): agent code runs in plain subprocesses, as "
         "your user, with your files, network and processes within its reach (only rlimits and a timeout hold). "
-        "Install Docker and build the image (`python -m sandboxes build`), or bubblewrap and its rootfs "
-        "(`python -m sandboxes build --rootfs-only`); pass sandbox='subprocess' to choose this on purpose.",
-        IsolationWarning,
-        stacklevel=2,
+        f"`{SETUP_COMMAND}` installs bubblewrap and Docker and builds their rootfs and image (root and apt); "
+        "pass sandbox='subprocess' to choose this on purpose."
     )
-    return SubprocessSandbox(**common)
+
+
+def auto_backend(**kwargs: Any) -> Sandbox:
+    """The most isolating backend that works here: Docker where an engine answers and the sandbox image exists,
+    else bubblewrap, else the (not isolating) subprocess backend, with a warning that says why.
+
+    ``limits`` (and ``mode``, ``preload``) are passed to whichever backend is chosen; the other keyword
+    arguments only to Docker.
+    """
+    import warnings
+
+    sandbox, reasons = _auto_pick(kwargs)
+    if sandbox is not None:
+        return sandbox
+    warnings.warn(no_isolation_message(reasons), IsolationWarning, stacklevel=2)
+    return SubprocessSandbox(**{k: v for k, v in kwargs.items() if k in ("limits", "mode", "preload")})
 
 
 _BACKENDS: dict[str, Callable[..., Sandbox]] = {
@@ -126,6 +153,7 @@ def make_sandbox(spec: str | Sandbox | None = None, **kwargs: Any) -> Sandbox:
 
 
 __all__ = [
+    "SETUP_COMMAND",
     "ExecResult",
     "ExecStatus",
     "FileChange",
@@ -136,10 +164,12 @@ __all__ = [
     "SubprocessSandbox",
     "UnsafeFileError",
     "auto_backend",
+    "auto_choice",
     "available_backends",
     "check_env",
     "default_backend",
     "make_sandbox",
+    "no_isolation_message",
     "reap_workspaces",
     "register_backend",
 ]

@@ -13,7 +13,7 @@ import argparse
 import sys
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m sandboxes") -> int:
+def build_parser(prog: str = "python -m sandboxes") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog)
     sub = ap.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="build the Docker sandbox image offline (skipped when it exists)")
@@ -31,7 +31,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m sandboxes") -> in
     v.add_argument("--host", default="127.0.0.1")
     v.add_argument("--port", type=int, default=8080)
     sub.add_parser("check", help="which isolating backends run here; exit 1 if a required one is missing")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m sandboxes") -> int:
+    args = build_parser(prog).parse_args(argv)
     if args.cmd == "check":
         from .check import main as check_main
 

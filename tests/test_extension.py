@@ -254,14 +254,14 @@ def test_an_estimator_plug_in_is_found_by_its_entry_point(tmp_path):
 
 @pytest.mark.slow
 def test_mappa_ablate_compares_a_plug_in_with_a_built_in(tmp_path):
-    """Issue 19's plug-ins through `mappa ablate --estimators coach,rloo`: RLOO from its own package trained on the
+    """Issue 19's plug-ins through `mappa ablate --arms coach,rloo`: RLOO from its own package trained on the
     smoke preset beside the built-in coach REINFORCE++, then one report. On the single-process trainer: the
     estimator is the same code on both trainers, and `.ci/run` runs `mappa ablate --preset smoke` on the distributed
     one (Ray, vLLM, DeepSpeed)."""
     env = _install_rloo(tmp_path)
     out = tmp_path / "ablation"
     cmd = [sys.executable, "-m", "benchmarks.cli", "ablate", "--preset", "smoke", "--trainer", "local", "--no-resume"]
-    cmd += ["--estimators", "coach,rloo", "--samples-per-prompt", "2", "--out", str(out)]
+    cmd += ["--arms", "coach,rloo", "--samples-per-prompt", "2", "--out", str(out)]
     proc = subprocess.run(cmd, env={**env, "RAY_USAGE_STATS_ENABLED": "0"}, capture_output=True, text=True)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     for arm in ("coach", "rloo"):

@@ -33,7 +33,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {a.dest: a for a in parser._actions if a.option_strings}
+    return {a.dest: a for a in parser._actions if a.option_strings and a.help != argparse.SUPPRESS}
 
 
 def _other_value(cls: type, f: dataclasses.Field):
@@ -67,12 +67,21 @@ def test_every_train_config_field_is_a_flag_with_help_and_its_type():
         assert a.default is None, f"{f.name}: a flag not given must keep the preset's value"
         tp = base_type(types[f.name])
         if tp is bool:
-            assert set(negative_flags(f)) <= set(a.option_strings) and a.nargs == 0, f.name
+            # one --x / --no-x pair per boolean; a field's older spellings are hidden aliases that warn
+            assert a.option_strings == [flag(f), negative_flags(f)[0]] and a.nargs == 0, f.name
         elif typing.get_origin(tp) is Literal:
             assert tuple(a.choices) == typing.get_args(tp), f.name
         elif tp in (int, float, str):
             assert a.type is tp and a.choices is None, f.name
-    flags_of_fields = {a.dest for a in actions.values()} - {"preset", "dry_run", "verbose", "ray_address", "help"}
+    flags_of_fields = {a.dest for a in actions.values()} - {
+        "preset",
+        "config",
+        "list_presets",
+        "dry_run",
+        "verbose",
+        "ray_address",
+        "help",
+    }
     assert flags_of_fields == {f.name for f in dataclasses.fields(TrainConfig)}  # and no flag without a field
 
 
@@ -84,11 +93,14 @@ def test_every_field_given_on_the_command_line_reaches_the_configuration():
     values["env_id"] = base.env_id  # another env drops the preset's env_kwargs (tested below)
     expected = {k: {**getattr(base, k), **v} if isinstance(v, dict) else v for k, v in values.items()}
     for name, value in values.items():
-        cfg = train_command.train_config(cli.build_parser().parse_args(["train", *as_argv(TrainConfig, {name: value})]))
+        argv = ["train", "--preset", "demo", *as_argv(TrainConfig, {name: value})]
+        cfg = train_command.train_config(cli.build_parser().parse_args(argv))
         assert getattr(cfg, name) == expected[name] and type(getattr(cfg, name)) is type(expected[name]), name
-    cfg = train_command.train_config(cli.build_parser().parse_args(["train", *as_argv(TrainConfig, values)]))
+    cfg = train_command.train_config(
+        cli.build_parser().parse_args(["train", "--preset", "demo", *as_argv(TrainConfig, values)])
+    )
     assert dataclasses.asdict(cfg) == expected
-    old = ["--keep-coach-fallbacks", "--no-share-prefix", "--no-rollout-logprobs", "--no-memory-check"]
+    old = ["--no-mask-coach-fallbacks", "--no-share-prefix", "--no-rollout-logprobs", "--no-memory-check"]
     old += ["--no-resume", "--no-progress", "--gradient-checkpointing", "--concurrent-generation", "--unseal-test"]
     old += ["--out", "o", "--place", "engines=gen", "--eval-extra-split", "a", "--eval-extra-split", "b"]
     cfg = train_command.train_config(cli.build_parser().parse_args(["train", "--preset", "smoke", *old]))
@@ -96,6 +108,16 @@ def test_every_field_given_on_the_command_line_reaches_the_configuration():
     assert not cfg.resume and not cfg.progress and cfg.gradient_checkpointing and cfg.concurrent_generation
     assert cfg.unseal_test and cfg.out_dir == "o" and cfg.eval_extra_splits == ("a", "b")
     assert cfg.placement == {"engines": "gen"}
+
+
+def test_an_old_spelling_still_works_hidden_and_warns(capsys):
+    parser = cli.build_parser()
+    args = parser.parse_args(["train", "--preset", "smoke", "--keep-coach-fallbacks"])
+    assert train_command.train_config(args).mask_coach_fallbacks is False
+    assert "--keep-coach-fallbacks is an old spelling of --no-mask-coach-fallbacks" in capsys.readouterr().err
+    assert "--keep-coach-fallbacks" not in _parser("train").format_help()
+    args = parser.parse_args(["ablate", "--preset", "smoke", "--estimators", "coach,grpo"])
+    assert args.arms == "coach,grpo" and "--estimators is an old spelling of --arms" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="--place takes ACTOR=RESOURCE"):
         train_command.train_config(cli.build_parser().parse_args(["train", "--place", "engines"]))
 
@@ -168,7 +190,9 @@ def test_mappa_ablate_takes_train_options_and_passes_them_to_every_arm(tmp_path)
     assert (cfg.lr, cfg.share_prefix, cfg.trainer, cfg.role_weights) == (1e-5, False, "local", {"verifier": "frozen"})
     assert cfg.eval_extra_splits == ("s1",) and cfg.unseal_test and cfg.seed == 4 and not cfg.progress
     assert (cfg.estimator, cfg.coach, cfg.out_dir) == ("grpo", "none", str(tmp_path / "grpo" / "seed-4"))
-    plain = ablate._arm_argv(cli.build_parser().parse_args(["ablate"]), {"estimator": "grpo"}, tmp_path, 0)
+    plain = ablate._arm_argv(
+        cli.build_parser().parse_args(["ablate", "--preset", "smoke"]), {"estimator": "grpo"}, tmp_path, 0
+    )
     head = ["train", "--preset", "smoke", "--out", str(tmp_path), "--seed", "0", "--estimator", "grpo"]
     assert plain == [*head, "--no-progress"]
 

@@ -355,7 +355,9 @@ def test_sigkill_mid_run_then_resume_loses_no_rollout(tmp_path):
     for m in metrics:
         assert m["verifier"]["skipped"] == 0 and m["verifier"]["loss"] == m["code_executor"]["loss"]
         assert m["problem_solver"]["skipped"] == 0
-    assert (out / "checkpoints" / "latest").read_text() == "iter-00001"
+    # the finished run keeps its exported models and drops its checkpoints (optimiser state), saying so
+    assert (out / "checkpoints" / "REMOVED").exists() and not (out / "checkpoints" / "latest").exists()
+    assert "removed its checkpoints" in _log(out, tail=None)
     # the verifier's own model, trained and exported, is the code executor's too
     models = out / "models"
     shapes = {r: json.loads((models / r / "config.json").read_text())["hidden_size"] for r in ROLES}
@@ -449,4 +451,4 @@ def test_issue_18_acceptance_lora_shared_and_frozen(tmp_path):
     )
     assert all(torch.allclose(rebuilt[k], solver[k], atol=1e-6) for k in solver)
     assert any(not torch.equal(solver[k], base[k]) for k in base)
-    assert (out / "checkpoints" / "latest").exists() and list((out / "checkpoints").glob("iter-*/lora-*.pt"))
+    assert (out / "checkpoints" / "REMOVED").exists()  # a finished run keeps its models, not its optimiser state

@@ -1,5 +1,5 @@
 """``mappa ablate``: REINFORCE++ with the coach, outcome-only REINFORCE++ and GRPO (or the arms named by
-``--estimators``, plug-ins included) on one preset and budget, for every seed of ``--seeds`` (each arm and seed a
+``--arms``, plug-ins included) on one preset and budget, for every seed of ``--seeds`` (each arm and seed a
 ``mappa train`` process, every one checked before the first starts; finished ones are skipped on a re-run), then the
 reports: ``OUT/report/report.md`` (the runs side by side) and ``OUT/report/ablation.md`` (pooled over seeds and
 problems, ``mappa report ablation``).
@@ -18,31 +18,50 @@ from pathlib import Path
 from typing import Any
 
 from baselines.config import TrainConfig
-from baselines.store import REMOVED
+from baselines.store import drop_finished_checkpoints
 
 from . import train
 from .common import add_ray_address
+from .configuration import no_configuration
 from .options import add_options, as_argv, given
 from .report import cmd_report_run
 from .train import train_config
 
-ARM_FIELDS = ("estimator", "coach", "seed", "out_dir", "resume", "progress")
+ARM_FIELDS = ("estimator", "coach", "seed", "out_dir", "resume", "progress", "keep_finished_checkpoints")
 """The fields each arm's command sets itself (its estimator and coach, ``--seeds``, its folder under ``--out``,
 ``--no-resume``, no progress bar); every other field of :class:`~baselines.config.TrainConfig` is an option of
 ``mappa ablate`` passed on to every arm."""
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
+    from baselines.presets import PRESETS
+
     p = sub.add_parser("ablate", help="coach vs outcome-only vs GRPO on the same seeds and budget, then a report")
-    p.add_argument("--preset", default="smoke")
+    p.add_argument(
+        "--preset",
+        default=None,
+        choices=list(PRESETS),
+        metavar="NAME",
+        help="every arm's configuration: " + ", ".join(PRESETS) + " (`mappa presets` says what each is)",
+    )
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="every arm's configuration file (JSON or YAML, as mappa train --config), over --preset's values",
+    )
     p.add_argument("--seeds", default="0", help="training seeds, comma-separated (every arm runs each); default 0")
     p.add_argument("--seed", type=int, default=None, help="one seed (the same as --seeds N)")
     p.add_argument(
-        "--estimators",
+        "--arms",
         default="coach,outcome,grpo",
-        help="the arms, comma-separated: coach (REINFORCE++ with the coach), outcome (outcome-only, no coach), grpo, "
-        "or any registered estimator (built-in or plug-in, trained with the preset's coach); default %(default)s",
+        help="the arms, comma-separated: "
+        + "; ".join(f"{name}: {ARM_HELP[name]}" for name, _ in ABLATION)
+        + "; or any registered estimator (built-in or plug-in), trained with the preset's coach; default %(default)s",
     )
+    p.add_argument(
+        "--estimators", dest="arms", action=_OldArms, help=argparse.SUPPRESS, metavar="ARMS"
+    )  # the old spelling
     p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--verbose", action="store_true", help="passed to every arm's `mappa train`")
@@ -66,6 +85,14 @@ def _train_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _OldArms(argparse.Action):
+    """``--estimators``, the old spelling of ``--arms``: it sets them and warns."""
+
+    def __call__(self, parser, namespace, values, option_string: str | None = None) -> None:
+        print(f"{parser.prog}: --estimators is an old spelling of --arms; use --arms", file=sys.stderr)
+        namespace.arms = values
+
+
 ABLATION = (
     ("coach", {"estimator": "reinforce_pp"}),
     ("outcome", {"estimator": "outcome", "coach": "none"}),
@@ -78,16 +105,26 @@ ABLATION = (
 ``grpo`` (with the preset's coach), ``rule`` (REINFORCE++ with the method's rule coach: the ground truth for the
 final agent only), ``hindsight`` (the rule hindsight coach: blame moved by the outcome, no per-action answer key),
 ``hindsight-key`` (the answer-key hindsight coach: every printout checked against the ground truth). Any other name
-of ``--estimators`` is an estimator trained with the preset's coach. The default arms: the first three."""
+of ``--arms`` is an estimator trained with the preset's coach. The default arms: the first three."""
+
+ARM_HELP = {
+    "coach": "REINFORCE++ with the preset's coach",
+    "outcome": "outcome-only REINFORCE++, no coach",
+    "grpo": "GRPO with the preset's coach",
+    "rule": "REINFORCE++ with the rule coach (the ground truth for the final agent only)",
+    "hindsight": "REINFORCE++ with the rule hindsight coach, blame moved by the outcome (rule-hindsight-outcome)",
+    "hindsight-key": "REINFORCE++ with the answer-key hindsight coach (rule-hindsight-key)",
+}
+"""What each named arm of :data:`ABLATION` is: the ``--arms`` help."""
 
 
 def ablation_arms(names: str) -> list[tuple[str, dict[str, str]]]:
-    """``--estimators coach,outcome,rloo`` as arms: the named default arms, any other name an estimator trained
+    """``--arms coach,outcome,rloo`` as arms: the named default arms, any other name an estimator trained
     with the preset's coach (an unknown one is refused by the arms' checks, with the registered names)."""
     defaults = dict(ABLATION)
     arms = [(n, defaults.get(n, {"estimator": n})) for n in (x.strip() for x in names.split(",")) if n]
     if len({n for n, _ in arms}) != len(arms) or not arms:
-        raise SystemExit(f"mappa ablate: --estimators takes distinct names, not {names!r}")
+        raise SystemExit(f"mappa ablate: --arms takes distinct names, not {names!r}")
     return arms
 
 
@@ -151,10 +188,12 @@ def _seeds(args: argparse.Namespace) -> list[int]:
 
 def _arm_argv(args: argparse.Namespace, change: dict[str, str], run: Path, seed: int) -> list[str]:
     """The ``mappa train`` command line of one arm and seed."""
-    argv = ["train", "--preset", args.preset, "--out", str(run), "--seed", str(seed)]
+    argv = ["train", *(["--preset", args.preset] if args.preset else [])]
+    argv += [*(["--config", args.config] if args.config else []), "--out", str(run), "--seed", str(seed)]
     argv += ["--estimator", change["estimator"], *(["--coach", change["coach"]] if "coach" in change else [])]
     argv += as_argv(TrainConfig, given(args, TrainConfig, exclude=ARM_FIELDS, prog="mappa ablate"))
     argv += ["--no-progress", *(["--no-resume"] if args.no_resume else [])]
+    argv += ["--keep-finished-checkpoints"] if args.keep_finished_checkpoints else []
     return argv + (["--verbose"] if args.verbose else [])
 
 
@@ -191,7 +230,7 @@ def _plan(args: argparse.Namespace, out: Path) -> tuple[list[_Run], list[str]]:
 
     plan, refused = [], []
     for seed in _seeds(args):
-        for name, change in ablation_arms(args.estimators):
+        for name, change in ablation_arms(args.arms):
             run = _Run(name, seed, out / name / f"seed-{seed}", [])
             run.argv = _arm_argv(args, change, run.path, seed)
             cfg = train_config(_train_parser().parse_args(run.argv))
@@ -210,6 +249,7 @@ def _write_manifest(args: argparse.Namespace, out: Path, plan: list[_Run]) -> No
         arms[run.arm]["commands"][str(run.seed)] = "mappa " + " ".join(run.argv)
     manifest = {
         "preset": args.preset,
+        "config": args.config,
         "seeds": sorted({run.seed for run in plan}),
         "arms": list(arms.values()),
         "unseal_test": bool(args.unseal_test),
@@ -222,7 +262,9 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     """Every arm for every seed on the same preset and budget (finished runs skipped), then the reports."""
     import subprocess
 
-    out = Path(args.out or f"runs/ablation-{args.preset}")
+    if args.preset is None and args.config is None:
+        return no_configuration("mappa ablate")
+    out = Path(args.out or f"runs/ablation-{args.preset or Path(args.config).stem}")
     plan, refused = _plan(args, out)
     if refused:  # every run's configuration is checked before the first starts
         print("[ablation] refused before any run:\n" + "\n".join(refused), file=sys.stderr)
@@ -255,32 +297,12 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def _drop_checkpoints(run: Path) -> None:
-    """Remove a finished run's checkpoints (they only serve to resume it) once every role its last checkpoint holds
-    is exported to ``models/``; leave ``checkpoints/REMOVED`` so that ``mappa train`` refuses to resume the run
-    (it would start again from the base weights on episodes the trained policies sampled). Says what was freed."""
-    import shutil
-
-    folder = run / "checkpoints"
-    latest = folder / "latest"
-    if not latest.is_file() or not _finished(run):
+    """Remove a finished run's checkpoints (:func:`baselines.store.drop_finished_checkpoints`; its ``mappa train``
+    has done so already unless it was stopped between training and the clean-up)."""
+    if not _finished(run):
         return
-    last = folder / latest.read_text().strip()
-    roles = sorted(p.name for p in last.iterdir() if p.is_dir()) if last.is_dir() else []
-    missing = [r for r in roles if not any((run / "models" / r / f).is_file() for f in _EXPORTED)]
-    if not roles or missing:
-        print(f"[ablation] kept {folder}: models/ lacks {missing or 'every role'} (not all exported)", flush=True)
-        return
-    size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-    shutil.rmtree(folder)
-    folder.mkdir()
-    (folder / REMOVED).write_text(
-        f"mappa ablate removed this finished run's checkpoints ({size / 2**30:.1f} GiB) after exporting "
-        f"models/{{{','.join(roles)}}}: the run cannot be resumed or extended.\n"
-    )
-    print(f"[ablation] removed {folder} ({size / 2**30:.1f} GiB; --keep-finished-checkpoints keeps them)", flush=True)
-
-
-_EXPORTED = ("config.json", "adapter_config.json")  # a full model, or a LoRA adapter
+    roles = sorted(p.name for p in (run / "models").iterdir() if p.is_dir()) if (run / "models").is_dir() else []
+    drop_finished_checkpoints(run, roles, log=lambda line: print(f"[ablation] {run}: {line}", flush=True))
 
 
 def _report_ablation(out: Path) -> int:

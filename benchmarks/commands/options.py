@@ -6,7 +6,7 @@ choices the field's ``Literal``. A new option is a new field; nothing here names
 How a field's type is given:
 
 ===========================  ====================================================================================
-``bool`` (or ``| None``)     ``--name`` / ``--no-name`` (and the field's ``negative``: ``--keep-coach-fallbacks``)
+``bool`` (or ``| None``)     ``--name`` / ``--no-name`` (a field's ``negative``: an old spelling, hidden, that warns)
 ``Literal[...]``             ``--name VALUE`` among its values
 ``int``, ``float``, ``str``  ``--name VALUE`` (``X | None``: ``X``; None is not given on the command line)
 ``tuple[X, ...]``            ``--name VALUE``, repeatable: the values in order, replacing the preset's
@@ -30,16 +30,22 @@ from .common import parse_value
 
 
 class _Switch(argparse.BooleanOptionalAction):
-    """``--name`` sets a bool field True, ``--no-name`` (and the field's own ``negative`` flags) False."""
+    """``--name`` sets a bool field True, ``--no-name`` False: one pair of flags per boolean."""
 
-    def __init__(self, option_strings: list[str], dest: str, negative: tuple[str, ...] = (), **kwargs: Any):
-        super().__init__(option_strings, dest, **kwargs)
-        self.negative = tuple(n for n in negative if n not in self.option_strings)
-        self.option_strings = [*self.option_strings, *self.negative]
+
+class OldSpelling(argparse.Action):
+    """A flag kept from an earlier version (hidden from the help): it sets ``value`` and warns with the flag that
+    replaces it (``new``)."""
+
+    def __init__(self, option_strings: list[str], dest: str, value: Any = None, new: str = "", **kwargs: Any):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+        self.value, self.new = value, new
 
     def __call__(self, parser, namespace, values, option_string: str | None = None) -> None:
-        off = option_string is not None and (option_string.startswith("--no-") or option_string in self.negative)
-        setattr(namespace, self.dest, not off)
+        import sys
+
+        print(f"{parser.prog}: {option_string} is an old spelling of {self.new}; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, self.value)
 
 
 def _field_default(f: dataclasses.Field) -> Any:
@@ -55,7 +61,7 @@ def _argument(cls: type, f: dataclasses.Field, tp: Any) -> tuple[list[str], dict
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     values = literal_choices(tp)
     if tp is bool:
-        kwargs.update(action=_Switch, negative=negative_flags(f)[1:])
+        kwargs.update(action=_Switch)
     elif values is not None:
         kwargs.update(choices=values, type=type(values[0]))
     elif origin is dict and args[0] is str:
@@ -89,6 +95,10 @@ def add_options(
             continue
         flags, kwargs = _argument(cls, f, types[f.name])
         action = parser.add_argument(*flags, **kwargs)
+        for old in negative_flags(f)[1:] if kwargs.get("action") is _Switch else ():
+            parser.add_argument(
+                old, dest=f.name, action=OldSpelling, value=False, new=negative_flags(f)[0], help=argparse.SUPPRESS
+            )
         if defaults == "field" and kwargs.get("action") != "append":
             action.default = _field_default(f)
             if action.default is not None:
@@ -159,4 +169,4 @@ def as_argv(cls: type, values: dict[str, Any]) -> list[str]:
     return argv
 
 
-__all__ = ["add_options", "as_argv", "given"]
+__all__ = ["OldSpelling", "add_options", "as_argv", "given"]

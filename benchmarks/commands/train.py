@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import add_ray_address
+from .configuration import announce_sandbox, base_config, no_configuration, source
 from .options import add_options, given
 
 
@@ -24,11 +25,25 @@ def add_parser(sub: Any, config: type | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "train",
         help="train every role with REINFORCE++ / GRPO / outcome-only",
-        description="Train every role of a team. The preset sets every field of the configuration; each option given "
-        "replaces one (--dry-run shows them all). Another --env than the preset's drops the preset's --env-arg "
-        "values and --eval-split.",
+        description="Train every role of a team. A preset (--preset) or a configuration file (--config) sets every "
+        "field of the configuration; each option given replaces one (--dry-run shows them all). Another --env than "
+        "the preset's drops the preset's --env-arg values and --eval-split.",
     )
-    p.add_argument("--preset", default="demo", choices=list(PRESETS), help=" | ".join(PRESETS))
+    p.add_argument(
+        "--preset",
+        default=None,
+        choices=list(PRESETS),
+        metavar="NAME",
+        help="a named configuration: " + ", ".join(PRESETS) + " (`mappa presets` says what each is)",
+    )
+    p.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="a configuration file, JSON or YAML, of field names and values (a run's own config.json reproduces "
+        "it); over --preset's values where both are given; each option given replaces one of its fields",
+    )
+    p.add_argument("--list-presets", action="store_true", help="list the presets, one line each, and exit")
     p.add_argument(
         "--dry-run",
         action="store_true",
@@ -50,12 +65,15 @@ def add_parser(sub: Any, config: type | None = None) -> argparse.ArgumentParser:
 
 
 def train_config(args: argparse.Namespace):
-    """The ``TrainConfig`` of ``mappa train``'s arguments: the preset, with each option given replacing its field
-    (a repeatable ``KEY=VALUE`` option adding to the preset's mapping)."""
+    """The ``TrainConfig`` of ``mappa train``'s arguments: the preset and the configuration file
+    (:func:`base_config`), with each option given replacing its field (a repeatable ``KEY=VALUE`` option adding to
+    the mapping)."""
     from baselines.config import TrainConfig
-    from baselines.presets import preset
 
-    base = preset(args.preset)
+    try:
+        base = base_config(args.preset, getattr(args, "config", None))
+    except ValueError as e:
+        raise SystemExit(f"mappa train: --config: {e}") from None
     if args.env_id is not None and args.env_id != base.env_id:  # the preset's arguments and held-out split: its env's
         base = dataclasses.replace(base, env_kwargs={}, eval_split=None)
     return dataclasses.replace(base, **given(args, TrainConfig, base=base, prog="mappa train"))
@@ -64,14 +82,22 @@ def train_config(args: argparse.Namespace):
 def cmd_train(args: argparse.Namespace) -> int:
     import os
 
+    if args.list_presets:
+        from baselines.presets import preset_lines
+
+        print(preset_lines())
+        return 0
+    if args.preset is None and args.config is None:
+        return no_configuration("mappa train")
     cfg = train_config(args)
     if args.dry_run:
         print(json.dumps(dataclasses.asdict(cfg)), flush=True)  # machine-readable, first line
-        return _dry_run(cfg, args.preset)
+        return _dry_run(cfg, args.preset, source(args))
     from baselines.console import setup_run_logging
 
     out = Path(cfg.out_dir)
-    print(f"configuration (preset {args.preset}):")
+    sandbox = announce_sandbox(cfg)
+    print(f"configuration ({source(args)}):")
     print(_config_table(cfg))
     print(f"(saved to {out / 'config.json'} when training starts)")
     log_dir = setup_run_logging(out, args.verbose)
@@ -83,6 +109,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     previous = os.environ.pop("MAPPA_ACTOR_LOG_DIR", None)
     if not args.verbose:
         os.environ["MAPPA_ACTOR_LOG_DIR"] = str(log_dir.resolve())
+    # the backend picked once for the whole run (its envs, in this process and the actors, use it without asking
+    # again, and without a warning per env where it is the subprocess one: said once, above)
+    previous_sandbox = os.environ.get("MAPPA_SANDBOX")
+    if sandbox["chosen_by"] == "auto":
+        os.environ["MAPPA_SANDBOX"] = sandbox["backend"]
     try:
         return _train(cfg, out, log_dir)
     except Exception:
@@ -93,6 +124,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         os.environ.pop("MAPPA_ACTOR_LOG_DIR", None)
         if previous is not None:
             os.environ["MAPPA_ACTOR_LOG_DIR"] = previous
+        if previous_sandbox is None:
+            os.environ.pop("MAPPA_SANDBOX", None)
+        else:
+            os.environ["MAPPA_SANDBOX"] = previous_sandbox
 
 
 def _trainer(cfg):
@@ -177,11 +212,11 @@ def _config_table(cfg) -> str:
     return "\n".join("".join(c.ljust(width) for c in cells[i : i + 2]).rstrip() for i in range(0, len(cells), 2))
 
 
-def _dry_run(cfg, preset_name: str) -> int:
+def _dry_run(cfg, preset_name: str | None, source: str) -> int:
     """``mappa train --dry-run``: the configuration and every pre-flight check; 0 if it can run here, else 1."""
     from baselines.checks import check_config, failed, format_checks
 
-    print(f"\nconfiguration (preset {preset_name}):")
+    print(f"\nconfiguration ({source}):")
     print(_config_table(cfg))
     checks = check_config(cfg)
     print("\nchecks:")
@@ -198,7 +233,7 @@ def _dry_run(cfg, preset_name: str) -> int:
     return 1
 
 
-def _print_gpu_plan(cfg, preset_name: str) -> None:
+def _print_gpu_plan(cfg, preset_name: str | None) -> None:
     """The GPU plan (:mod:`baselines.gpu_plan`): on this machine's GPUs, or, on a machine without one, on the
     preset's declared hardware (:data:`baselines.presets.HARDWARE`); nothing for a CPU preset on a CPU machine."""
     from baselines.gpu_plan import Hardware, plan_report
@@ -208,7 +243,7 @@ def _print_gpu_plan(cfg, preset_name: str) -> None:
     gpus = _gpu_memory()
     if gpus:
         hw, where = Hardware(1, len(gpus), min(gpus), source="this machine, nvidia-smi"), "on this machine's GPUs"
-    elif preset_name in HARDWARE and cfg.device != "cpu":
+    elif preset_name is not None and preset_name in HARDWARE and cfg.device != "cpu":
         hw, where = HARDWARE[preset_name], "on the preset's declared hardware"
         print("\nthis machine has no GPU (no nvidia-smi): the checks above are for this machine's CPU; the run's")
         print("GPU plan below is for the preset's declared hardware")
@@ -261,6 +296,10 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
             eval_path.write_text(json.dumps(evals, indent=2))
     finally:
         trainer.close()
+    if not cfg.keep_finished_checkpoints:
+        from baselines.store import drop_finished_checkpoints
+
+        drop_finished_checkpoints(out, list(trainer.roles), log=lambda line: print(line, flush=True))
     print(f"done in {time.monotonic() - t0:.0f}s; outputs in {cfg.out_dir} (library logs in {log_dir})")
     return 0
 

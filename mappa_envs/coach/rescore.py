@@ -34,42 +34,68 @@ from .protocol import CoachEvaluation, CoachInput, inputs_for_episode
 from .rule_based import RuleBasedCoach
 from .wrapper import CoachPool, EpisodePart
 
+COACH_SPECS: dict[str, str] = {
+    "rule": "the rule-based stand-in for the method's LLM coach: a hand-written rubric scores each action (tool "
+    "status, format, the answer); it sees the ground truth only when scoring the final agent's answer",
+    "rule-hindsight-key": "an answer-key coach: one call per finished episode, the rule coach's scores with blame "
+    "moved by the outcome and every printout checked against the ground truth",
+    "rule-hindsight": "the same coach as rule-hindsight-key (its older name, kept for stored runs)",
+    "rule-hindsight-outcome": "rule-hindsight-key without the answer key: blame moved by the outcome only",
+    "dsbench-rule": "DSBench's progress coach: partial credit for how far each block got and which hand-over files "
+    "pass the env's check; reads the host's scoring of the submission at the last action",
+    "dsbench-rule-blind": "dsbench-rule without the submission's scoring",
+    "dsbench-rule-hindsight": "DSBench's progress coach as a hindsight coach (one call per finished episode)",
+    "llm:MODEL@URL": "the method's coach: an LLM on an OpenAI-compatible server (e.g. `vllm serve`) scores each "
+    "action; URL may be left out for the default OpenAI endpoint",
+    "llm-hindsight:MODEL@URL": "an LLM that reads a whole finished episode and scores every action in one reply",
+    "package.module:factory": "your own coach: a callable, called with no arguments, returning one",
+}
+"""Every coach spec :func:`coach_from_spec` takes, with what each coach is and what it sees: the source of the
+``--coach`` help (``mappa train``, ``mappa rescore``) and of the test that each is accepted."""
+
+_RULE_COACHES: dict[str, Callable[[], Coach]] = {
+    "rule": RuleBasedCoach,
+    "rule-hindsight-key": RuleHindsightCoach,
+    "rule-hindsight": RuleHindsightCoach,
+    "rule-hindsight-outcome": lambda: RuleHindsightCoach(answer_key=False),
+    "dsbench-rule": lambda: DSBenchCoach(use_outcome=True),
+    "dsbench-rule-blind": lambda: DSBenchCoach(use_outcome=False),
+    "dsbench-rule-hindsight": DSBenchHindsightCoach,
+}
+_LLM_PREFIXES = ("llm:", "llm-hindsight:")
+
+
+def coach_specs_help(extra: dict[str, str] | None = None) -> str:
+    """The coach specs as one help sentence: ``'rule' (what it is); ...`` (``extra``: more, such as ``none``)."""
+    items = {**COACH_SPECS, **(extra or {})}
+    return "; ".join(f"{name}: {what}" for name, what in items.items())
+
 
 def coach_from_spec(spec: str, max_tokens: int | None = None) -> Coach:
-    """``rule`` (:class:`RuleBasedCoach`), ``rule-hindsight`` (:class:`~mappa_envs.coach.hindsight.
-    RuleHindsightCoach`), ``llm:MODEL@URL`` (:class:`~mappa_envs.coach.LLMCoach` on an OpenAI-compatible server),
-    ``llm-hindsight:MODEL@URL`` (:class:`~mappa_envs.coach.llm_hindsight.LLMHindsightCoach`: one call per episode),
-    DSBench's progress coaches ``dsbench-rule``, ``dsbench-rule-blind`` (:class:`~mappa_envs.coach.dsbench_rules.
-    DSBenchCoach`, with and without the submission's scoring) and ``dsbench-rule-hindsight``
-    (:class:`~mappa_envs.coach.dsbench_hindsight.DSBenchHindsightCoach`), or ``package.module:factory`` (called
-    with no arguments; a coach with ``evaluate_episode`` is a hindsight coach). ``max_tokens`` bounds an LLM coach's
-    reply (default 512 tokens a call, 1024 for the hindsight form, which scores a whole episode in one reply); it is
-    refused for the other coaches, which generate nothing."""
-    if max_tokens is not None and not spec.startswith(("llm:", "llm-hindsight:")):
+    """A coach from its spec, one of :data:`COACH_SPECS`: a rule coach by name, ``llm:MODEL@URL``
+    (:class:`~mappa_envs.coach.LLMCoach` on an OpenAI-compatible server), ``llm-hindsight:MODEL@URL``
+    (:class:`~mappa_envs.coach.llm_hindsight.LLMHindsightCoach`: one call per episode), or
+    ``package.module:factory`` (called with no arguments; a coach with ``evaluate_episode`` is a hindsight coach).
+    ``max_tokens`` bounds an LLM coach's reply (default 512 tokens a call, 1024 for the hindsight form, which scores
+    a whole episode in one reply); it is refused for the other coaches, which generate nothing. ValueError for a
+    spec that names no coach, with every spec listed."""
+    if max_tokens is not None and not spec.startswith(_LLM_PREFIXES):
         raise ValueError(f"max_tokens is for the LLM coaches ('llm:MODEL@URL', 'llm-hindsight:MODEL@URL'): {spec!r}")
     if max_tokens is not None and max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, not {max_tokens}")
-    if spec == "rule":
-        return RuleBasedCoach()
-    if spec in ("rule-hindsight", "rule-hindsight-key"):  # every action scored knowing the outcome and answer key
-        return RuleHindsightCoach()
-    if spec == "rule-hindsight-outcome":  # the same without checking printouts against the answer key
-        return RuleHindsightCoach(answer_key=False)
-    if spec in ("dsbench-rule", "dsbench-rule-blind"):  # partial progress on DSBench (issue 33)
-        return DSBenchCoach(use_outcome=spec == "dsbench-rule")
-    if spec == "dsbench-rule-hindsight":
-        return DSBenchHindsightCoach()
-    for prefix in ("llm:", "llm-hindsight:"):
+    if spec in _RULE_COACHES:
+        return _RULE_COACHES[spec]()
+    for prefix in _LLM_PREFIXES:
         if spec.startswith(prefix):
             return _llm_coach(spec[len(prefix) :], hindsight=prefix == "llm-hindsight:", max_tokens=max_tokens)
     if ":" in spec:
         module, _, name = spec.partition(":")
-        return getattr(importlib.import_module(module), name)()
-    raise ValueError(
-        f"coach must be 'rule', 'rule-hindsight' (= 'rule-hindsight-key'), 'rule-hindsight-outcome', 'dsbench-rule', "
-        "'dsbench-rule-blind', 'dsbench-rule-hindsight', 'llm:MODEL@URL', 'llm-hindsight:MODEL@URL' or "
-        f"'package.module:factory', not {spec!r}"
-    )
+        try:
+            factory = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"coach {spec!r}: no factory {name!r} in module {module!r} ({e})") from None
+        return factory()
+    raise ValueError(f"unknown coach spec {spec!r}; the specs: " + ", ".join(repr(k) for k in COACH_SPECS))
 
 
 def _llm_coach(target: str, hindsight: bool, max_tokens: int | None = None) -> Coach:

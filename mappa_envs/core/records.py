@@ -154,6 +154,12 @@ class Outcome(Mapping[str, Any]):
         """A graded episode's quality in [0, 1]; None for an answer task's."""
         return float(self.figures.get("quality", 0.0)) if self.kind == "graded" else None
 
+    def __repr__(self) -> str:
+        """``Outcome(success=True, score=1.0, kind='answer', predicted='18', answer=18.0, correct=True)``: the three
+        fields, then the task's figures, flat, as they are read (``outcome["predicted"]``)."""
+        items = {"success": self.success, "score": self.score, "kind": self.kind, **self.figures}
+        return "Outcome(" + ", ".join(f"{k}={v!r}" for k, v in items.items()) + ")"
+
     def to_dict(self) -> dict[str, Any]:
         return {**self.figures, "success": self.success, "score": self.score, "kind": self.kind}
 
