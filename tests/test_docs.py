@@ -1,6 +1,9 @@
-"""Every ```python sample of docs/*.md runs (the samples of one page in order, in one namespace), and every relative
-link of README.md and docs/**/*.md leads to a file (and heading) that exists."""
+"""Every ```python sample of README.md and docs/**/*.md (not docs/runs/) runs (the samples of one page in order, in
+one namespace), a sample's shown output (a ```text block right after it) is what it prints, and every relative link
+of README.md and docs/**/*.md leads to a file (and heading) that exists."""
 
+import contextlib
+import io
 import os
 import re
 from pathlib import Path
@@ -11,7 +14,35 @@ from mappa_envs.core import tools
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
+SAMPLED = [ROOT / "README.md", *DOCS, *sorted((ROOT / "docs" / "envs").glob("*.md"))]
+"""The pages whose ```python samples run: the README and the user docs (docs/runs/ holds run records)."""
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+
+
+def samples(text: str) -> list[tuple[str, str | None]]:
+    """Each ```python block of a page with its shown output: the ```text block that follows it with nothing between
+    them but blank lines or one paragraph that says it ``prints``; None where it shows none."""
+    fences = list(FENCE.finditer(text))
+    out = []
+    for i, m in enumerate(fences):
+        if m.group(1) != "python":
+            continue
+        shown = None
+        if i + 1 < len(fences) and fences[i + 1].group(1) == "text":
+            between = text[m.end() : fences[i + 1].start()].strip()
+            if not between or ("prints" in between and "\n\n" not in between):
+                shown = fences[i + 1].group(2)
+        out.append((m.group(2), shown))
+    return out
+
+
+def test_a_shown_output_is_the_text_block_right_after_a_sample():
+    page = (
+        "```python\nprint(1)\n```\n\nIt prints:\n\n```text\n1\n```\n"
+        "```python\nx = 2\n```\nA tree.\n\nMore.\n```text\na/\n```\n```bash\nls\n```\n```python\ny = 3\n```\n"
+    )
+    assert samples(page) == [("print(1)\n", "1\n"), ("x = 2\n", None), ("y = 3\n", None)]
 
 
 def test_docs_exist():
@@ -28,23 +59,32 @@ def test_docs_exist():
     assert pages <= names
 
 
-@pytest.mark.parametrize("page", DOCS, ids=[p.name for p in DOCS])
+@pytest.mark.parametrize("page", SAMPLED, ids=[str(p.relative_to(ROOT)) for p in SAMPLED])
 def test_code_samples_run(page, tmp_path, monkeypatch):
-    blocks = BLOCK.findall(page.read_text())
+    blocks = samples(page.read_text())
     if page.name in ("results.md", "cli.md"):
         assert not blocks  # tables only; cli.md: the generated command reference (tests/test_cli_reference.py)
         return
+    if page == ROOT / "docs" / "envs" / "README.md":
+        return  # the table of the environments: each page has its samples
     assert blocks, f"{page.name} has no code sample"
     monkeypatch.chdir(tmp_path)
     # A page may register tools (the tutorial replaces the shipped 'sql' tool with its copy): the tool registry is
     # restored afterwards, so that what runs next imports the shipped modules as on a fresh interpreter.
     monkeypatch.setattr(tools, "_TOOLS", dict(tools._TOOLS))
     namespace: dict = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
-    for i, code in enumerate(blocks):
+    for i, (code, shown) in enumerate(blocks):
+        printed = io.StringIO()
         try:
-            exec(compile(code, f"{page.name}[{i}]", "exec"), namespace)
+            with contextlib.redirect_stdout(printed):
+                exec(compile(code, f"{page.name}[{i}]", "exec"), namespace)
         except Exception as e:
             raise AssertionError(f"{page.name}, sample {i + 1} failed: {type(e).__name__}: {e}") from e
+        if shown is not None:
+            got = [line.rstrip() for line in printed.getvalue().rstrip("\n").splitlines()]
+            assert got == [line.rstrip() for line in shown.rstrip("\n").splitlines()], (
+                f"{page.name}, sample {i + 1} prints otherwise than shown:\n{printed.getvalue()}"
+            )
     assert os.getcwd() == str(tmp_path)
 
 

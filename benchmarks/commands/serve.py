@@ -14,6 +14,7 @@ See docs/integrations.md and :mod:`mappa_envs.integrations.openenv_server`.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,27 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--split", default=None, help="task split (env-specific)")
     p.add_argument("--sandbox", default=None, help="sandbox backend for tool calls (default: the env's)")
     p.add_argument("--env-arg", action="append", default=[], metavar="KEY=VALUE", help="env argument (JSON value)")
-    p.add_argument("--max-tokens", type=int, default=512, help="endpoint policies: tokens per reply")
+    p.add_argument(
+        "--max-new-tokens",
+        dest="max_tokens",
+        metavar="N",
+        type=int,
+        default=512,
+        help="the other seats' policies: tokens per reply",
+    )
+    p.add_argument(  # the old spelling: `mappa train` and `mappa eval` say --max-new-tokens
+        "--max-tokens", dest="max_tokens", type=int, action=_OldMaxTokens, help=argparse.SUPPRESS
+    )
     p.add_argument("--temperature", type=float, default=0.6, help="endpoint policies: sampling temperature")
     p.set_defaults(func=cmd_serve)
+
+
+class _OldMaxTokens(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(
+            f"{parser.prog}: --max-tokens is an old spelling of --max-new-tokens; use --max-new-tokens", file=sys.stderr
+        )
+        namespace.max_tokens = values
 
 
 def policies_from_args(
