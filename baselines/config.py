@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -282,7 +281,11 @@ class TrainConfig:
         return "bfloat16" if self.resolved_device() == "cuda" else "float32"
 
 
-@functools.cache
+SANDBOX_RECORD_VAR = "MAPPA_SANDBOX_RECORD"
+"""Set by ``mappa train`` for the run's process once it has picked the backend (with ``$MAPPA_SANDBOX``, which the
+run's envs then use): the record of how it was picked, so that the run's ``config.json`` says ``auto``."""
+
+
 def _sandbox_choice(spec: str | None, image: str | None) -> tuple[tuple[str, Any], ...]:
     import sandboxes
 
@@ -303,9 +306,17 @@ def sandbox_choice(cfg: TrainConfig) -> dict[str, Any]:
     """The sandbox backend the run's envs execute agent code in: ``backend`` (``docker``, ``bubblewrap``,
     ``subprocess``...), ``isolated``, ``chosen_by`` (``auto``: the most isolating one that works here;
     ``$MAPPA_SANDBOX``; the env's ``sandbox`` argument) and, for ``auto``, why each more isolating one was
-    passed over. Computed once per process (``mappa train`` prints it and records it in ``config.json``)."""
+    passed over. ``mappa train`` prints it and records it in ``config.json``."""
+    import json
+    import os
+
     spec = cfg.env_kwargs.get("sandbox")
     image = (cfg.env_kwargs.get("sandbox_kwargs") or {}).get("image")
+    picked = os.environ.get(SANDBOX_RECORD_VAR)
+    if picked and spec is None:
+        record = json.loads(picked)
+        if record.get("backend") == os.environ.get("MAPPA_SANDBOX"):
+            return record
     out = dict(_sandbox_choice(spec if isinstance(spec, str) else None, image))
     out["passed_over"] = list(out["passed_over"])
     return out

@@ -155,15 +155,9 @@ def test_a_run_records_its_sandbox(monkeypatch, capsys):
 
 
 def test_no_isolating_backend_is_said_once_with_the_command_that_fixes_it(monkeypatch, capsys):
-    import baselines.config as config
-
     monkeypatch.delenv("MAPPA_SANDBOX", raising=False)
-    config._sandbox_choice.cache_clear()
     monkeypatch.setattr("sandboxes.auto_choice", lambda **kw: ("subprocess", ["docker: no engine answers"]))
-    try:
-        choice = train_command.announce_sandbox(preset("smoke"))
-    finally:
-        config._sandbox_choice.cache_clear()
+    choice = train_command.announce_sandbox(preset("smoke"))
     assert choice == {
         "backend": "subprocess",
         "isolated": False,
@@ -172,6 +166,10 @@ def test_no_isolating_backend_is_said_once_with_the_command_that_fixes_it(monkey
     }
     out = capsys.readouterr().out
     assert "NOT ISOLATED" in out and "(docker: no engine answers)" in out and "`sudo make sandbox`" in out
+    # mappa train then runs every env on that backend, and its config.json still says how it was picked
+    monkeypatch.setenv("MAPPA_SANDBOX", "subprocess")
+    monkeypatch.setenv("MAPPA_SANDBOX_RECORD", json.dumps(choice))
+    assert config_record(preset("smoke"))["sandbox"] == choice
 
 
 def test_a_finished_run_drops_its_checkpoints_once_every_role_is_exported(tmp_path):

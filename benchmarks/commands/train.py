@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from baselines.config import SANDBOX_RECORD_VAR
+
 from .common import add_ray_address
 from .configuration import announce_sandbox, base_config, no_configuration, source
 from .options import add_options, given
@@ -114,6 +116,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     previous_sandbox = os.environ.get("MAPPA_SANDBOX")
     if sandbox["chosen_by"] == "auto":
         os.environ["MAPPA_SANDBOX"] = sandbox["backend"]
+        os.environ[SANDBOX_RECORD_VAR] = json.dumps(sandbox)
     try:
         return _train(cfg, out, log_dir)
     except Exception:
@@ -124,6 +127,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         os.environ.pop("MAPPA_ACTOR_LOG_DIR", None)
         if previous is not None:
             os.environ["MAPPA_ACTOR_LOG_DIR"] = previous
+        os.environ.pop(SANDBOX_RECORD_VAR, None)
         if previous_sandbox is None:
             os.environ.pop("MAPPA_SANDBOX", None)
         else:
