@@ -245,7 +245,7 @@ def _left_aligned(rows: list[torch.Tensor], width: int) -> torch.Tensor:
 def advantages_by_role(name: str, batches: dict[str, RoleBatch], *, scope: str = "role", **options: object):
     """Per role, one advantage vector per sample (the length of its response), from the role's whole batch
     (``scope='role'``, the reference: each agent trained separately) or from every role's samples together
-    (``scope='team'``, METHOD.md's option: one normalisation over the team)."""
+    (``scope='team'``, docs/method.md's option: one normalisation over the team)."""
     if scope not in ("role", "team"):
         raise ValueError(f"advantage scope must be 'role' or 'team', not {scope!r}")
     groups = [[r] for r in batches] if scope == "role" else [list(batches)]

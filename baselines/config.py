@@ -34,7 +34,7 @@ class TrainConfig:
     """Advantage estimator: reinforce_pp, grpo, outcome or a registered plug-in (:mod:`baselines.advantages`)."""
     advantage_scope: Literal["role", "team"] = "role"
     """Where advantages are normalised: 'role' (each role's global batch, the reference) or 'team' (every role's
-    samples together, METHOD.md's option)."""
+    samples together, docs/method.md's option)."""
     mask_coach_fallbacks: bool = option(True, negative="--keep-coach-fallbacks")
     """Leave actions whose coach evaluation is a fallback (no score parsed, the call failed) out of the loss. Their
     5/10 is not a judgement, and after normalisation it is not neutral either. Counted per role in the metrics."""
@@ -75,7 +75,7 @@ class TrainConfig:
     seed: int = 0
     """Random seed of the run."""
 
-    # --- optimisation (METHOD.md's reference values where it gives them)
+    # --- optimisation (the reference values of docs/method.md where it gives them)
     lr: float = 1e-6
     """Learning rate at the end of the warm-up, the schedule's peak (:meth:`lr_at`)."""
     betas: tuple[float, float] = option((0.9, 0.95), metavar=("BETA1", "BETA2"))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import mappa_envs.tasks.sql_query  # noqa: F401  (registers its tool before any page snapshots the registry)
 from mappa_envs.core import tools
 
 ROOT = Path(__file__).resolve().parents[1]

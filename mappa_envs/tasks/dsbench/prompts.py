@@ -1,4 +1,4 @@
-"""DSBench role prompts (data engineer -> modeler -> analyst) with METHOD.md's artifact contract."""
+"""DSBench role prompts (data engineer -> modeler -> analyst) with the artifact contract of docs/method.md."""
 
 TEAM = (
     "You are part of a team of three agents solving a Kaggle-style data-science task: a data engineer, a modeler "
