@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -286,20 +288,19 @@ SANDBOX_RECORD_VAR = "MAPPA_SANDBOX_RECORD"
 run's envs then use): the record of how it was picked, so that the run's ``config.json`` says ``auto``."""
 
 
-def _sandbox_choice(spec: str | None, image: str | None) -> tuple[tuple[str, Any], ...]:
+def _sandbox_choice(spec: str | None, image: str | None) -> dict[str, Any]:
     import sandboxes
 
     chosen_by = "the env's sandbox argument"
     if spec is None:
-        spec, chosen_by = sandboxes.default_backend(), f"${sandboxes.DEFAULT_BACKEND_VAR}"
-        if spec == "auto":
-            chosen_by = "auto"
+        spec = sandboxes.default_backend()
+        chosen_by = "auto" if spec == "auto" else f"${sandboxes.DEFAULT_BACKEND_VAR}"
     reasons: list[str] = []
     if spec == "auto":
         spec, reasons = sandboxes.auto_choice(**({"image": image} if image else {}))
         chosen_by = "auto"
     isolated = spec in ("docker", "bubblewrap", "sandboxfusion")
-    return (("backend", spec), ("isolated", isolated), ("chosen_by", chosen_by), ("passed_over", tuple(reasons)))
+    return {"backend": spec, "isolated": isolated, "chosen_by": chosen_by, "passed_over": reasons}
 
 
 def sandbox_choice(cfg: TrainConfig) -> dict[str, Any]:
@@ -307,9 +308,6 @@ def sandbox_choice(cfg: TrainConfig) -> dict[str, Any]:
     ``subprocess``...), ``isolated``, ``chosen_by`` (``auto``: the most isolating one that works here;
     ``$MAPPA_SANDBOX``; the env's ``sandbox`` argument) and, for ``auto``, why each more isolating one was
     passed over. ``mappa train`` prints it and records it in ``config.json``."""
-    import json
-    import os
-
     spec = cfg.env_kwargs.get("sandbox")
     image = (cfg.env_kwargs.get("sandbox_kwargs") or {}).get("image")
     picked = os.environ.get(SANDBOX_RECORD_VAR)
@@ -317,9 +315,7 @@ def sandbox_choice(cfg: TrainConfig) -> dict[str, Any]:
         record = json.loads(picked)
         if record.get("backend") == os.environ.get("MAPPA_SANDBOX"):
             return record
-    out = dict(_sandbox_choice(spec if isinstance(spec, str) else None, image))
-    out["passed_over"] = list(out["passed_over"])
-    return out
+    return _sandbox_choice(spec if isinstance(spec, str) else None, image)
 
 
 def config_record(cfg: TrainConfig) -> dict[str, Any]:

@@ -45,9 +45,13 @@ SETUP_COMMAND = "sudo make sandbox"
 bubblewrap and its rootfs, a Docker engine and the sandbox image."""
 
 
+def _common(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments every backend takes (the others are Docker's)."""
+    return {k: v for k, v in kwargs.items() if k in ("limits", "mode", "preload")}
+
+
 def _auto_pick(kwargs: dict[str, Any]) -> tuple[Sandbox | None, list[str]]:
     """The sandbox ``auto`` picks (None: no isolating backend works here) and why each better one was passed over."""
-    common = {k: v for k, v in kwargs.items() if k in ("limits", "mode", "preload")}
     reasons = []
     try:
         from .docker_backend import engine_available
@@ -62,7 +66,7 @@ def _auto_pick(kwargs: dict[str, Any]) -> tuple[Sandbox | None, list[str]]:
     except Exception as e:  # the docker SDK is not installed
         reasons.append(f"docker: {type(e).__name__}: {e}")
     try:
-        return _bubblewrap(**common), reasons
+        return _bubblewrap(**_common(kwargs)), reasons
     except Exception as e:
         reasons.append(f"bubblewrap: {type(e).__name__}: {e}")
     return None, reasons
@@ -102,7 +106,7 @@ def auto_backend(**kwargs: Any) -> Sandbox:
     if sandbox is not None:
         return sandbox
     warnings.warn(no_isolation_message(reasons), IsolationWarning, stacklevel=2)
-    return SubprocessSandbox(**{k: v for k, v in kwargs.items() if k in ("limits", "mode", "preload")})
+    return SubprocessSandbox(**_common(kwargs))
 
 
 _BACKENDS: dict[str, Callable[..., Sandbox]] = {

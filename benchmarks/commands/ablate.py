@@ -21,8 +21,8 @@ from baselines.config import TrainConfig
 from baselines.store import drop_finished_checkpoints
 
 from . import train
-from .common import add_ray_address
-from .configuration import no_configuration
+from .common import OldSpelling, add_ray_address
+from .configuration import add_configuration_options, no_configuration
 from .options import add_options, as_argv, given
 from .report import cmd_report_run
 from .train import train_config
@@ -34,22 +34,8 @@ ARM_FIELDS = ("estimator", "coach", "seed", "out_dir", "resume", "progress", "ke
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    from baselines.presets import PRESETS
-
     p = sub.add_parser("ablate", help="coach vs outcome-only vs GRPO on the same seeds and budget, then a report")
-    p.add_argument(
-        "--preset",
-        default=None,
-        choices=list(PRESETS),
-        metavar="NAME",
-        help="every arm's configuration: " + ", ".join(PRESETS) + " (`mappa presets` says what each is)",
-    )
-    p.add_argument(
-        "--config",
-        default=None,
-        metavar="FILE",
-        help="every arm's configuration file (JSON or YAML, as mappa train --config), over --preset's values",
-    )
+    add_configuration_options(p, "every arm's")
     p.add_argument("--seeds", default="0", help="training seeds, comma-separated (every arm runs each); default 0")
     p.add_argument("--seed", type=int, default=None, help="one seed (the same as --seeds N)")
     p.add_argument(
@@ -59,9 +45,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         + "; ".join(f"{name}: {ARM_HELP[name]}" for name, _ in ABLATION)
         + "; or any registered estimator (built-in or plug-in), trained with the preset's coach; default %(default)s",
     )
-    p.add_argument(
-        "--estimators", dest="arms", action=_OldArms, help=argparse.SUPPRESS, metavar="ARMS"
-    )  # the old spelling
+    p.add_argument("--estimators", dest="arms", action=OldSpelling, new="--arms", help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--verbose", action="store_true", help="passed to every arm's `mappa train`")
@@ -83,14 +67,6 @@ def _train_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mappa")
     train.add_parser(parser.add_subparsers(dest="command", required=True))
     return parser
-
-
-class _OldArms(argparse.Action):
-    """``--estimators``, the old spelling of ``--arms``: it sets them and warns."""
-
-    def __call__(self, parser, namespace, values, option_string: str | None = None) -> None:
-        print(f"{parser.prog}: --estimators is an old spelling of --arms; use --arms", file=sys.stderr)
-        namespace.arms = values
 
 
 ABLATION = (

@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from typing import Any
+
+_TAKES_VALUE: Any = object()
+
+
+class OldSpelling(argparse.Action):
+    """A flag kept from an earlier version, hidden from the help (``help=argparse.SUPPRESS``): it warns with the flag
+    that replaces it (``new``) and sets ``value`` (a switch), or, without ``value``, the argument it is given."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str = "", value: Any = _TAKES_VALUE, **kwargs):
+        if value is not _TAKES_VALUE:
+            kwargs["nargs"] = 0
+        super().__init__(option_strings, dest, **kwargs)
+        self.value, self.new = value, new
+
+    def __call__(self, parser, namespace, values, option_string: str | None = None) -> None:
+        print(f"{parser.prog}: {option_string} is an old spelling of {self.new}; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values if self.value is _TAKES_VALUE else self.value)
 
 
 def key_values(items: list[str], what: str) -> dict[str, str]:

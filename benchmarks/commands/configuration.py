@@ -9,6 +9,28 @@ import dataclasses
 import sys
 from typing import Any
 
+
+def add_configuration_options(parser: argparse.ArgumentParser, whose: str) -> None:
+    """``--preset NAME`` and ``--config FILE``, where ``whose`` configuration they give (``mappa train``: the run's;
+    ``mappa ablate``: every arm's)."""
+    from baselines.presets import PRESETS
+
+    parser.add_argument(
+        "--preset",
+        default=None,
+        choices=list(PRESETS),
+        metavar="NAME",
+        help=f"{whose} named configuration: " + ", ".join(PRESETS) + " (`mappa presets` says what each is)",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help=f"{whose} configuration file, JSON or YAML, of field names and values (a run's own config.json "
+        "reproduces it); over --preset's values where both are given; each option given replaces one of its fields",
+    )
+
+
 RECORDED = ("reward_information", "numerics", "sandbox")
 """What a run's ``config.json`` records beside the configuration's fields (:func:`baselines.config.config_record`):
 read back by ``--config``, not fields."""

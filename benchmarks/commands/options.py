@@ -26,26 +26,7 @@ from typing import Any
 
 from baselines.fields import base_type, field_types, flag, help_text, literal_choices, negative_flags
 
-from .common import parse_value
-
-
-class _Switch(argparse.BooleanOptionalAction):
-    """``--name`` sets a bool field True, ``--no-name`` False: one pair of flags per boolean."""
-
-
-class OldSpelling(argparse.Action):
-    """A flag kept from an earlier version (hidden from the help): it sets ``value`` and warns with the flag that
-    replaces it (``new``)."""
-
-    def __init__(self, option_strings: list[str], dest: str, value: Any = None, new: str = "", **kwargs: Any):
-        super().__init__(option_strings, dest, nargs=0, **kwargs)
-        self.value, self.new = value, new
-
-    def __call__(self, parser, namespace, values, option_string: str | None = None) -> None:
-        import sys
-
-        print(f"{parser.prog}: {option_string} is an old spelling of {self.new}; use {self.new}", file=sys.stderr)
-        setattr(namespace, self.dest, self.value)
+from .common import OldSpelling, parse_value
 
 
 def _field_default(f: dataclasses.Field) -> Any:
@@ -61,7 +42,7 @@ def _argument(cls: type, f: dataclasses.Field, tp: Any) -> tuple[list[str], dict
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     values = literal_choices(tp)
     if tp is bool:
-        kwargs.update(action=_Switch)
+        kwargs.update(action=argparse.BooleanOptionalAction)
     elif values is not None:
         kwargs.update(choices=values, type=type(values[0]))
     elif origin is dict and args[0] is str:
@@ -95,7 +76,7 @@ def add_options(
             continue
         flags, kwargs = _argument(cls, f, types[f.name])
         action = parser.add_argument(*flags, **kwargs)
-        for old in negative_flags(f)[1:] if kwargs.get("action") is _Switch else ():
+        for old in negative_flags(f)[1:] if kwargs.get("action") is argparse.BooleanOptionalAction else ():
             parser.add_argument(
                 old, dest=f.name, action=OldSpelling, value=False, new=negative_flags(f)[0], help=argparse.SUPPRESS
             )
@@ -169,4 +150,4 @@ def as_argv(cls: type, values: dict[str, Any]) -> list[str]:
     return argv
 
 
-__all__ = ["OldSpelling", "add_options", "as_argv", "given"]
+__all__ = ["add_options", "as_argv", "given"]

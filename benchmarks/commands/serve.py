@@ -14,11 +14,10 @@ See docs/integrations.md and :mod:`mappa_envs.integrations.openenv_server`.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-from .common import env_args, key_values
+from .common import OldSpelling, env_args, key_values
 
 
 def add_parser(sub: Any) -> None:
@@ -65,18 +64,10 @@ def add_parser(sub: Any) -> None:
         help="the other seats' policies: tokens per reply",
     )
     p.add_argument(  # the old spelling: `mappa train` and `mappa eval` say --max-new-tokens
-        "--max-tokens", dest="max_tokens", type=int, action=_OldMaxTokens, help=argparse.SUPPRESS
+        "--max-tokens", dest="max_tokens", type=int, action=OldSpelling, new="--max-new-tokens", help=argparse.SUPPRESS
     )
     p.add_argument("--temperature", type=float, default=0.6, help="endpoint policies: sampling temperature")
     p.set_defaults(func=cmd_serve)
-
-
-class _OldMaxTokens(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        print(
-            f"{parser.prog}: --max-tokens is an old spelling of --max-new-tokens; use --max-new-tokens", file=sys.stderr
-        )
-        namespace.max_tokens = values
 
 
 def policies_from_args(

@@ -4,6 +4,7 @@ the run (evaluate, train, evaluate, the paired change) and its console lines."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -14,7 +15,7 @@ from typing import Any
 from baselines.config import SANDBOX_RECORD_VAR
 
 from .common import add_ray_address
-from .configuration import announce_sandbox, base_config, no_configuration, source
+from .configuration import add_configuration_options, announce_sandbox, base_config, no_configuration, source
 from .options import add_options, given
 
 
@@ -22,7 +23,6 @@ def add_parser(sub: Any, config: type | None = None) -> argparse.ArgumentParser:
     """``mappa train``'s parser: a flag for every field of the configuration (``config``, default
     :class:`~baselines.config.TrainConfig`; :mod:`.options`), besides ``--preset``, ``--dry-run`` and ``--verbose``."""
     from baselines.config import TrainConfig
-    from baselines.presets import PRESETS
 
     p = sub.add_parser(
         "train",
@@ -31,20 +31,7 @@ def add_parser(sub: Any, config: type | None = None) -> argparse.ArgumentParser:
         "field of the configuration; each option given replaces one (--dry-run shows them all). Another --env than "
         "the preset's drops the preset's --env-arg values and --eval-split.",
     )
-    p.add_argument(
-        "--preset",
-        default=None,
-        choices=list(PRESETS),
-        metavar="NAME",
-        help="a named configuration: " + ", ".join(PRESETS) + " (`mappa presets` says what each is)",
-    )
-    p.add_argument(
-        "--config",
-        default=None,
-        metavar="FILE",
-        help="a configuration file, JSON or YAML, of field names and values (a run's own config.json reproduces "
-        "it); over --preset's values where both are given; each option given replaces one of its fields",
-    )
+    add_configuration_options(p, "the run's")
     p.add_argument("--list-presets", action="store_true", help="list the presets, one line each, and exit")
     p.add_argument(
         "--dry-run",
@@ -82,8 +69,6 @@ def train_config(args: argparse.Namespace):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    import os
-
     if args.list_presets:
         from baselines.presets import preset_lines
 
@@ -107,31 +92,39 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"library logs: on this console (--verbose), and the driver's in {log_dir / 'driver.log'}", flush=True)
     else:
         print(f"library logs (Ray, vLLM, DeepSpeed, transformers): {log_dir}/ (--verbose shows them here)", flush=True)
-    # the Ray trainer's actors write their output to files there (baselines.console.redirect_actor_output)
-    previous = os.environ.pop("MAPPA_ACTOR_LOG_DIR", None)
-    if not args.verbose:
-        os.environ["MAPPA_ACTOR_LOG_DIR"] = str(log_dir.resolve())
-    # the backend picked once for the whole run (its envs, in this process and the actors, use it without asking
-    # again, and without a warning per env where it is the subprocess one: said once, above)
-    previous_sandbox = os.environ.get("MAPPA_SANDBOX")
-    if sandbox["chosen_by"] == "auto":
-        os.environ["MAPPA_SANDBOX"] = sandbox["backend"]
-        os.environ[SANDBOX_RECORD_VAR] = json.dumps(sandbox)
+    changes = {  # the Ray trainer's actors write their output to files there (baselines.console.redirect_actor_output)
+        "MAPPA_ACTOR_LOG_DIR": None if args.verbose else str(log_dir.resolve())
+    }
+    if sandbox["chosen_by"] == "auto":  # the backend picked once for the whole run: its envs, in this process and
+        # the actors, use it without asking again (and without a warning per env: it was said once, above)
+        changes.update({"MAPPA_SANDBOX": sandbox["backend"], SANDBOX_RECORD_VAR: json.dumps(sandbox)})
+    with _environment(changes):
+        try:
+            return _train(cfg, out, log_dir)
+        except Exception:
+            if not args.verbose:
+                print(f"mappa train: failed; the libraries' logs are in {log_dir}/", file=sys.stderr, flush=True)
+            raise
+
+
+@contextlib.contextmanager
+def _environment(changes: dict[str, str | None]):
+    """The environment variables ``changes`` set (None: unset) while the block runs, then restored as they were."""
+    import os
+
+    def put(values: dict[str, str | None]) -> None:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+    before = {name: os.environ.get(name) for name in changes}
     try:
-        return _train(cfg, out, log_dir)
-    except Exception:
-        if not args.verbose:
-            print(f"mappa train: failed; the libraries' logs are in {log_dir}/", file=sys.stderr, flush=True)
-        raise
+        put(changes)
+        yield
     finally:
-        os.environ.pop("MAPPA_ACTOR_LOG_DIR", None)
-        if previous is not None:
-            os.environ["MAPPA_ACTOR_LOG_DIR"] = previous
-        os.environ.pop(SANDBOX_RECORD_VAR, None)
-        if previous_sandbox is None:
-            os.environ.pop("MAPPA_SANDBOX", None)
-        else:
-            os.environ["MAPPA_SANDBOX"] = previous_sandbox
+        put(before)
 
 
 def _trainer(cfg):
