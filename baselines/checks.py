@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import TrainConfig
+from .config import TrainConfig, process_reward
 from .fields import choice_problems, choices
 from .memory import as_flags, estimate_memory, suggest_settings
 from .ray_connect import target as ray_target
@@ -183,13 +183,7 @@ def _check_coach(cfg: TrainConfig) -> Check:
     run); 'none' and outcome-only estimators need none."""
     from mappa_envs.coach import coach_from_spec
 
-    try:
-        from .advantages import uses_process_reward
-
-        process = uses_process_reward(cfg.estimator)
-    except (ImportError, KeyError, ValueError):  # the estimator check says why
-        process = True
-    if cfg.coach == "none" or not process:
+    if cfg.coach == "none" or not process_reward(cfg):
         return Check("coach", True, f"none ({'coach none' if cfg.coach == 'none' else cfg.estimator}: outcome only)")
     try:
         coach = coach_from_spec(cfg.coach)

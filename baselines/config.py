@@ -318,6 +318,17 @@ def sandbox_choice(cfg: TrainConfig) -> dict[str, Any]:
     return _sandbox_choice(spec if isinstance(spec, str) else None, image)
 
 
+def process_reward(cfg: TrainConfig) -> bool:
+    """Whether the run's estimator trains on the coach's per-action scores (False: outcome only, no coach needed).
+    An estimator not registered here counts as one that does: the checks report it."""
+    try:
+        from .advantages import uses_process_reward
+
+        return uses_process_reward(cfg.estimator)
+    except (ImportError, KeyError, ValueError):
+        return True
+
+
 def config_record(cfg: TrainConfig) -> dict[str, Any]:
     """A run's ``config.json``: every field; ``reward_information``, what its reward sees
     (:mod:`mappa_envs.coach.information`: ``outcome`` for an outcome-only estimator or no coach, else the coach's);
@@ -328,12 +339,7 @@ def config_record(cfg: TrainConfig) -> dict[str, Any]:
     from mappa_envs.coach import coach_from_spec
     from mappa_envs.coach.information import reward_information
 
-    from .advantages import uses_process_reward
-
-    try:
-        process = uses_process_reward(cfg.estimator)
-    except (KeyError, ValueError):  # an estimator not registered here: the checks report it
-        process = True
+    process = process_reward(cfg)
     coach = None if cfg.coach == "none" or not process else coach_from_spec(cfg.coach)
     numerics = {
         "device": cfg.resolved_device(),

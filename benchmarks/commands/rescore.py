@@ -10,14 +10,14 @@ from typing import Any
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
+    from mappa_envs.coach.rescore import coach_specs_help
+
     p = sub.add_parser("rescore", help="re-score stored episodes (a run's rollouts, trajectories) with another coach")
     p.add_argument("source", help="a `mappa train` run folder (its rollouts/), a folder of *.jsonl, or one file")
     p.add_argument(
         "--coach",
         required=True,
-        help="rule | rule-hindsight | dsbench-rule | dsbench-rule-blind | dsbench-rule-hindsight | llm:MODEL@URL | "
-        "llm-hindsight:MODEL@URL (an OpenAI-compatible server, one "
-        "call per episode) | package.module:factory",
+        help="the coach: " + coach_specs_help(),
     )
     p.add_argument("--out", required=True, help="output folder (re-running with the same one resumes)")
     p.add_argument("--name", default="rescored", help="the key of the new evaluation in each action's info")
