@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import TrainConfig, process_reward
+from .coach_engine import served_model
+from .config import TrainConfig, process_reward, run_coach
 from .fields import choice_problems, choices
 from .memory import as_flags, estimate_memory, suggest_settings
 from .ray_connect import target as ray_target
@@ -181,12 +182,29 @@ def _check_estimator(cfg: TrainConfig) -> Check:
 def _check_coach(cfg: TrainConfig) -> Check:
     """The coach the run's reward needs, built as the trainer builds it (an unknown spec fails here, not in the
     run); 'none' and outcome-only estimators need none."""
-    from mappa_envs.coach import coach_from_spec
-
     if cfg.coach == "none" or not process_reward(cfg):
         return Check("coach", True, f"none ({'coach none' if cfg.coach == 'none' else cfg.estimator}: outcome only)")
+    served = served_model(cfg.coach)
+    if served is not None:  # the trainer serves it: vLLM and the model must be here
+        import importlib.util
+
+        from .models import resolve_model
+
+        if importlib.util.find_spec("vllm") is None:
+            return Check(
+                "coach", False, f"--coach {cfg.coach}: the trainer serves it with vLLM, which is not installed"
+            )
+        try:
+            where = resolve_model(served)
+        except Exception as e:
+            return Check("coach", False, f"--coach {cfg.coach}: {e}")
+        try:
+            run_coach(cfg, describe=True)
+        except ValueError as e:
+            return Check("coach", False, f"--coach {cfg.coach}: {e}")
+        return Check("coach", True, f"{cfg.coach} (a vllm serve of {where}, started by the trainer)")
     try:
-        coach = coach_from_spec(cfg.coach)
+        coach = run_coach(cfg)
     except Exception as e:  # a spec that names no coach, a factory that fails
         return Check("coach", False, f"--coach {cfg.coach!r}: {e}")
     return Check("coach", True, f"{cfg.coach} ({getattr(coach, 'name', type(coach).__name__)})")

@@ -113,10 +113,10 @@ def placement_key_problems(placement: Mapping[str, str], roles: Sequence[str]) -
     problems = []
     for key, resource in placement.items():
         kind, _, role = key.partition(":")
-        ok = key in ("engines", "trainers") or key in roles or (kind in KINDS and role in roles)
+        ok = key in ("engines", "trainers", "coach") or key in roles or (kind in KINDS and role in roles)
         if not ok:
             problems.append(
-                f"placement key {key!r}: expected engines, trainers, ROLE, engine:ROLE or trainer:ROLE "
+                f"placement key {key!r}: expected engines, trainers, coach, ROLE, engine:ROLE or trainer:ROLE "
                 f"(roles: {list(roles)})"
             )
         if not str(resource).strip():

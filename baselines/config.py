@@ -44,12 +44,23 @@ class TrainConfig:
     """Responses cut at ``max_new_tokens`` (no end-of-sequence token sampled): 'mask' leaves them out of the loss,
     'keep' trains on the tokens sampled (no EOS added). 'mask' is the reference's ``mask_truncated_completions``."""
     coach: str = option(
-        "rule", help="Process-reward coach: " + coach_specs_help({"none": "no coach (outcome-only runs)"})
+        "rule",
+        help="Process-reward coach: "
+        + coach_specs_help(
+            {
+                "vllm:MODEL": "the LLM coach served by the trainer itself: a `vllm serve` of MODEL (a bundled key, a "
+                "folder, an id on disk) started beside the roles' engines (--place coach=RESOURCE), stopped at the end",
+                "none": "no coach (outcome-only runs)",
+            }
+        ),
     )
     """Process-reward coach: a spec of :data:`mappa_envs.coach.rescore.COACH_SPECS` (the flag's help lists each with
     what it sees), or 'none' (outcome-only runs). 'rule' is :class:`~mappa_envs.coach.RuleBasedCoach`, the
     rule-based stand-in for the method's LLM coach; 'rule-hindsight' is the answer-key hindsight coach
     (``rule-hindsight-key``)."""
+    coach_max_new_tokens: int | None = option(None, metavar="N")
+    """An LLM coach's reply budget in tokens (``llm:``, ``llm-hindsight:``; default 512 a call, 1024 for the
+    whole-episode form); the rule coaches generate nothing and refuse it."""
     share_model: bool = False
     """One model for every role: the same as ``role_weights`` with every other role ``shared:<first role>``; the
     default gives each role its own weights."""
@@ -329,6 +340,23 @@ def process_reward(cfg: TrainConfig) -> bool:
         return True
 
 
+def run_coach(cfg: TrainConfig, url: str | None = None, *, describe: bool = False) -> Any:
+    """The coach ``cfg`` trains with, built from its spec and options (``coach_max_new_tokens``), as the trainer,
+    the checks and ``config.json`` build it; ``ValueError`` for a spec or option it refuses. ``vllm:MODEL`` (a coach
+    the trainer serves itself, :mod:`baselines.coach_engine`) is the LLM coach through the server at ``url``;
+    ``describe``: a stand-in address, for what the coach is and sees, never called."""
+    from mappa_envs.coach import coach_from_spec
+
+    from .coach_engine import SERVED_NAME, served_model
+
+    if served_model(cfg.coach) is not None:
+        if url is None and not describe:
+            raise ValueError(f"--coach {cfg.coach}: the trainer serves this coach, and no server was started")
+        spec = f"llm:{SERVED_NAME}@{url or 'http://127.0.0.1:9/v1'}"
+        return coach_from_spec(spec, max_tokens=cfg.coach_max_new_tokens)
+    return coach_from_spec(cfg.coach, max_tokens=cfg.coach_max_new_tokens)
+
+
 def config_record(cfg: TrainConfig) -> dict[str, Any]:
     """A run's ``config.json``: every field; ``reward_information``, what its reward sees
     (:mod:`mappa_envs.coach.information`: ``outcome`` for an outcome-only estimator or no coach, else the coach's);
@@ -336,11 +364,10 @@ def config_record(cfg: TrainConfig) -> dict[str, Any]:
     engines' weights); and ``sandbox``, where agent code runs (:func:`sandbox_choice`)."""
     from dataclasses import asdict
 
-    from mappa_envs.coach import coach_from_spec
     from mappa_envs.coach.information import reward_information
 
     process = process_reward(cfg)
-    coach = None if cfg.coach == "none" or not process else coach_from_spec(cfg.coach)
+    coach = None if cfg.coach == "none" or not process else run_coach(cfg, describe=True)
     numerics = {
         "device": cfg.resolved_device(),
         "dtype": cfg.resolved_dtype(),

@@ -238,7 +238,8 @@ def suite_env(suite: str, cfg: EvalConfig) -> tuple[str, dict[str, Any]]:
 def _task_kwargs(cfg: EvalConfig, s: Suite) -> dict[str, Any]:
     """The extra arguments of every suite of ``s``'s task: ``cfg.env_kwargs`` under its env id or task name (``sql``),
     after the config's shorthands for the built-in tasks (``mathchat_kwargs``; ``dsbench_data_dir``,
-    ``dsbench_kwargs``: what ``mappa eval --env-arg``, ``--dsbench-data-dir`` and ``--dsbench-arg`` set)."""
+    ``dsbench_kwargs``: what ``mappa eval --env-arg mathchat:...``, ``--dsbench-data-dir`` and ``--env-arg
+    dsbench:...`` set)."""
     data_dir = {"suite": "dsbench", "data_dir": cfg.dsbench_data_dir} if cfg.dsbench_data_dir else {}
     shorthands = {"mathchat": cfg.mathchat_kwargs, "dsbench": {**data_dir, **cfg.dsbench_kwargs}}
     return {**shorthands.get(s.task, {}), **cfg.env_kwargs.get(s.env_id, {}), **cfg.env_kwargs.get(s.task, {})}

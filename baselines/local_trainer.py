@@ -181,6 +181,7 @@ class LocalTrainer(TrainerBase):
             role: TransformersPolicy.from_model(lr.model, lr.tokenizer, gen, seed=cfg.seed)
             for role, lr in self.learners.items()
         }
+        self.start_coach()  # --coach vllm:MODEL: the coach's server, on this machine
 
     def policies(self) -> dict[str, TransformersPolicy]:
         return self._policies

@@ -66,7 +66,9 @@ from mappa_envs.metrics import RoleStats, role_stats
 
 from .advantages import estimator_spec, singleton_groups, uses_process_reward
 from .checks import check_config, raise_for_failed
-from .config import TrainConfig, config_record
+from .cluster import actor_resources
+from .coach_engine import CoachEngine, served_model
+from .config import TrainConfig, config_record, run_coach
 from .heldout_eval import evaluate_heldout
 from .offline import stored_rollout
 from .policies import CountsTokens, Policy
@@ -148,6 +150,8 @@ class TrainerBase(ABC):
         """Seconds of each role's last weight sync into its engine (a trainer without engines: none)."""
         self.on_phase: Any = None
         """Called with one progress line after each phase of an iteration (rollout, update), or None."""
+        self.coach_engine: CoachEngine | None = None
+        """The coach's server when the trainer serves it (``--coach vllm:MODEL``: :meth:`start_coach`)."""
 
     # ----------------------------------------------------------------- to implement
     @abstractmethod
@@ -188,9 +192,28 @@ class TrainerBase(ABC):
         env = mappa_envs.make(cfg.env_id, **{**cfg.env_kwargs, **overrides})
         if cfg.coach == "none":
             return env
-        from mappa_envs.coach import CoachRewardWrapper, coach_from_spec
+        from mappa_envs.coach import CoachRewardWrapper
 
-        return CoachRewardWrapper(env, coach_from_spec(cfg.coach))  # 'rule' or your own 'package.module:factory'
+        return CoachRewardWrapper(
+            env, run_coach(cfg, self.coach_url)
+        )  # 'rule', 'llm:MODEL@URL', or your own 'package.module:factory'
+
+    @property
+    def coach_url(self) -> str | None:
+        """The address of the coach's server when the trainer serves it, else None."""
+        return self.coach_engine.url if self.coach_engine is not None else None
+
+    def start_coach(self, ray: Any = None) -> None:
+        """Start the coach's server when ``--coach vllm:MODEL`` asks for one: here, or with ``ray`` in an actor
+        placed by ``--place coach=RESOURCE`` (:mod:`baselines.coach_engine`); nothing for any other coach."""
+        model = served_model(self.cfg.coach)
+        if model is None or self.coach_engine is not None:
+            return
+        resources = actor_resources(self.cfg.placement, "coach", "coach") if ray is not None else None
+        self.coach_engine = CoachEngine(model, self.out, ray=ray, resources=resources)
+        print(
+            f"[coach: a vllm serve of {model} at {self.coach_url}, up in {self.coach_engine.start_s:.0f}s]", flush=True
+        )
 
     def tasks_for(self, iteration: int) -> np.ndarray:
         """The task indices of an iteration: a function of (seed, iteration) only, so a resumed run draws the same."""
@@ -201,7 +224,7 @@ class TrainerBase(ABC):
         """All episodes of an iteration, the stored ones re-used; returns (records in order, number re-used)."""
         cfg = self.cfg
         if cfg.rollouts_from:
-            return stored_rollout(cfg, iteration, self.store, self.out), 0
+            return stored_rollout(cfg, iteration, self.store, self.out, self.coach_url), 0
         k = cfg.samples_per_prompt
         n = cfg.prompts_per_iteration * k
         tasks = self.tasks_for(iteration)
@@ -396,3 +419,6 @@ class TrainerBase(ABC):
 
     def close(self) -> None:
         self.metrics_log.close()
+        if self.coach_engine is not None:
+            self.coach_engine.close()
+            self.coach_engine = None

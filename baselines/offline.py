@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mappa_envs.core import EpisodeRecord, read_jsonl
 
-from .config import TrainConfig
+from .config import TrainConfig, run_coach
 from .store import TrajectoryStore
 
 
@@ -50,10 +50,12 @@ def source_config(cfg: TrainConfig) -> dict:
     return source
 
 
-def stored_rollout(cfg: TrainConfig, iteration: int, store: TrajectoryStore, out: Path) -> list[EpisodeRecord]:
+def stored_rollout(
+    cfg: TrainConfig, iteration: int, store: TrajectoryStore, out: Path, coach_url: str | None = None
+) -> list[EpisodeRecord]:
     """The source run's episodes of ``iteration`` in their stored order, re-scored by ``cfg.coach`` (``none``: as
     stored, their rewards the source run's), each also appended to this run's ``store``."""
-    from mappa_envs.coach import coach_from_spec, rescore
+    from mappa_envs.coach import rescore
 
     source = source_config(cfg)
     src = TrajectoryStore(Path(str(cfg.rollouts_from)))
@@ -63,7 +65,7 @@ def stored_rollout(cfg: TrainConfig, iteration: int, store: TrajectoryStore, out
     if cfg.coach != "none":
         rescored = out / "rescored" / f"iter-{iteration:05d}"
         env_kwargs = {cfg.env_id: dict(source.get("env_kwargs") or {})}
-        coach = coach_from_spec(cfg.coach)
+        coach = run_coach(cfg, coach_url)
         rescore(src.path(iteration), coach, rescored, name="rescored", env_kwargs=env_kwargs, log=lambda _: None)
         by_id = {r.episode_id: r for r in read_jsonl(rescored / "trajectories.jsonl")}
         for rec in stored.values():

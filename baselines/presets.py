@@ -35,6 +35,27 @@ PRESETS: dict[str, TrainConfig] = {
         lr_schedule="constant",
         out_dir="runs/smoke",
     ),
+    # The smoke run with the method's coach, an LLM: the trainer serves the bundled SmolLM2-135M itself
+    # (`--coach vllm:MODEL`, baselines.coach_engine) and every action is scored through it, beside the rollout.
+    # The 135M coach's scores mean little and it often writes none (each such action is a counted fallback, left
+    # out of the loss): the plumbing is the point. The paper's setting serves an instruct model instead
+    # (docs/coach.md).
+    "smoke-llm-coach": TrainConfig(
+        model="tiny-random",
+        coach="vllm:smollm2-135m",
+        coach_max_new_tokens=48,
+        iterations=2,
+        prompts_per_iteration=2,
+        samples_per_prompt=2,
+        max_new_tokens=32,
+        max_prompt_tokens=768,
+        pack_tokens=512,
+        lr=1e-4,
+        concurrency=4,
+        truncated="keep",
+        lr_schedule="constant",
+        out_dir="runs/smoke-llm-coach",
+    ),
     # The demo of the protocol `mappa-bench-v1` (the README's main job until mappa-bench-v2; kept as it was so that
     # its published runs reproduce): the bundled SmolLM2-135M per role, REINFORCE++ with the rule hindsight coach
     # (the rule coach's per-action scores, then blame moved by the outcome and every printout checked against the
@@ -78,10 +99,11 @@ PRESETS: dict[str, TrainConfig] = {
 }
 
 # The README's main job, on the `mathchat-cpu` track of `mappa-bench-v2` (mappa_envs.tasks.mathchat.arith2): the
-# same team and trainer settings as demo-v1, REINFORCE++ with the method's coach (the rule coach: the ground truth
-# for the final agent's answer only), on balanced one- and two-step problems with a worked example per task that
-# favours no operation; evaluated greedily before and after on the one-step dev split (48 problems; the sealed test
-# splits are for pre-registered runs only, `--unseal-test`), per operation. The two-step dev split is left to
+# same team and trainer settings as demo-v1, REINFORCE++ with the rule coach (the rule-based stand-in for the
+# method's LLM coach; it sees the ground truth for the final agent's answer only), on balanced one- and two-step
+# problems with a worked example per task that favours no operation; evaluated greedily before and after on the
+# one-step dev split (48 problems; the sealed test splits are for pre-registered runs only, `--unseal-test`), per
+# operation. The two-step dev split is left to
 # `--eval-extra-split arith2-dev-2step` (the README's `mappa ablate` command passes it): the bundled team is near
 # its floor there (2/48 and 0/48 in the two fresh-clone demos that evaluated it), and its two evaluations took ~2.5
 # of the demo's 30 minutes.
@@ -269,6 +291,7 @@ HARDWARE: dict[str, Hardware] = {name: PAPER_NODE for name in PRESETS if name.st
 
 SUMMARIES: dict[str, str] = {
     "smoke": "2 iterations of the distributed trainer on a tiny random model: the whole stack in a few minutes",
+    "smoke-llm-coach": "the smoke run scored by an LLM coach the trainer serves itself (vllm:smollm2-135m)",
     "demo": "the main job (`make demo`): three SmolLM2-135M roles, REINFORCE++ with the rule coach, 8 iterations on "
     "arith2-train, arith2-dev-1step before and after (~30 min on 2 CPU cores)",
     "demo-v1": "the mappa-bench-v1 demo (one-operation problems, the answer-key hindsight coach), kept as published",

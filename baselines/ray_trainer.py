@@ -89,6 +89,7 @@ class RayTrainer(TrainerBase):
         self._stale: set[str] = set()  # roles whose engine lags its trainer (the engines start from the same weights)
         self._stepped: set[str] = set()  # roles whose trainer has taken a step (their policy is not the reference)
         self._parallel_updates = cfg.parallel_updates if cfg.parallel_updates is not None else self.device == "cuda"
+        self.start_coach(ray)  # --coach vllm:MODEL: the coach's server, in an actor beside the engines
 
     def _start_actors(self, engine_dtype: str) -> None:
         """Engines and ranks from the role-to-weights map (:mod:`baselines.actors`), ready when this returns."""

@@ -108,11 +108,14 @@ def _requests(ev: CoachEvaluation) -> int:
     return 1 + ev.retries + ev.reprompted
 
 
-def coach_counts(samples: Sequence[Sample]) -> dict[str, int]:
+def coach_counts(samples: Sequence[Sample]) -> dict[str, float]:
     """What the coach did for these actions: evaluations, requests sent (1 + retries + a re-prompt each, none when
-    cached), retries, re-prompts, lenient parses, ambiguous replies (several different scores) and fallbacks (read
-    from each action's stored evaluation)."""
+    cached), retries, re-prompts, lenient parses, ambiguous replies (several different scores), fallbacks, actions
+    whose text addressed the coach (the injection guard's ``coach_directed_text``) and scores equal to one the agent
+    wrote (``score_echoed``), all read from each action's stored evaluation; and, over the evaluations that asked a
+    coach model, the mean and largest call latency and the mean wait for a free coach slot (seconds)."""
     evs = [s.coach for s in samples if s.coach]
+    asked = [e for e in evs if _requests(e)]
     return {
         "coach_evaluations": len(evs),
         "coach_calls": sum(_requests(e) for e in evs),
@@ -121,6 +124,17 @@ def coach_counts(samples: Sequence[Sample]) -> dict[str, int]:
         "coach_lenient": sum(e.parse == "lenient" for e in evs),
         "coach_ambiguous": sum(e.ambiguous for e in evs),
         "coach_fallbacks": sum(e.fallback_used for e in evs),
+        "coach_directed_text": sum(bool(e.coach_directed_text) for e in evs),
+        "coach_score_echoed": sum(e.score_echoed for e in evs),
+        **(
+            {
+                "coach_latency_s": sum(e.latency_s for e in asked) / len(asked),
+                "coach_latency_max_s": max(e.latency_s for e in asked),
+                "coach_queue_s": sum(e.queue_s for e in asked) / len(asked),
+            }
+            if asked
+            else {}
+        ),
     }
 
 

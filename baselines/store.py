@@ -77,6 +77,11 @@ BEFORE_FIELD: dict[str, Any] = {"autocast": "off"}
 ``autocast`` computed in their weights' dtype."""
 
 
+class FinishedRun(ValueError):
+    """``cfg.out_dir`` holds this very configuration's finished run (its checkpoints dropped, its held-out
+    evaluation written): nothing is left to do. ``mappa train`` says where the results are and exits 0."""
+
+
 def check_resumable(cfg: TrainConfig) -> dict[str, Any] | None:
     """The configuration an earlier run in ``cfg.out_dir`` saved, when this run would re-use anything of it (a
     checkpoint, stored episodes, a held-out evaluation), else None. Raises ``ValueError`` when that run was
@@ -85,6 +90,15 @@ def check_resumable(cfg: TrainConfig) -> dict[str, Any] | None:
     ``mappa train`` checks this before it builds anything."""
     out = Path(cfg.out_dir)
     if cfg.resume and (out / "checkpoints" / REMOVED).exists():
+        saved_path = out / "config.json"
+        saved_cfg = json.loads(saved_path.read_text()) if saved_path.exists() else {}
+        now = json.loads(json.dumps(asdict(cfg)))
+        if (out / "eval.json").exists() and all(saved_cfg.get(k) == v for k, v in now.items() if k in saved_cfg):
+            raise FinishedRun(
+                f"{out} is this configuration's finished run: its trained models are in {out / 'models'}, its "
+                f"held-out evaluation in {out / 'eval.json'} (a report: mappa report run {out}); to train it again, "
+                "add --no-resume or give another --out"
+            )
         raise ValueError(
             f"{out}: its checkpoints were removed when the run finished ({out / 'checkpoints' / REMOVED}), so it "
             "cannot be resumed or extended: train into another --out (its models/ are the trained weights), or "
@@ -147,6 +161,7 @@ __all__ = [
     "EXPORTED",
     "REMOVED",
     "RESUME_MAY_CHANGE",
+    "FinishedRun",
     "TrajectoryStore",
     "check_resumable",
     "drop_finished_checkpoints",

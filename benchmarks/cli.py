@@ -1,6 +1,6 @@
 """The ``mappa`` command line.
 
-mappa envs                                   list registered environments
+mappa env list                               list registered environments
 mappa run --env mappa/MathChat-v0 -n 3       run episodes with local models, write trajectories, print stats
 mappa presets                                the named training configurations, one line each
 mappa train --preset demo                    train every role (REINFORCE++ / GRPO / outcome-only)
@@ -10,7 +10,8 @@ mappa eval --run RUN --tasks F --compare     a run's team vs the bundled one on 
 mappa report run RUN [RUN ...]               a report (Markdown + PNG, HTML) of training runs
 mappa ablate --preset smoke --seeds 0,1,2   coach vs outcome-only vs GRPO, every seed, one budget, then the reports
 mappa report ablation OUT                    an ablation pooled over seeds and problems (intervals, Holm p-values)
-mappa bench                                  the performance suite (every figure against a reference)
+mappa bench                                  the speed and memory suite, every figure beside a reference (not the
+                                             mappa-bench-v2 benchmark: that is mappa eval --protocol)
 mappa report coach-bias TRAJECTORIES         coach scores by role, task type and outcome
 mappa rescore RUN --coach SPEC --out DIR     re-score a run's stored episodes with another coach (resumable)
 mappa sandbox build|reap|serve|check         the sandbox image and service, which backends run here
@@ -28,13 +29,17 @@ from .commands.common import use_ray_address
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mappa", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     train.add_parser(sub)
     presets = sub.add_parser("presets", help="the named training configurations (--preset), one line each")
     presets.set_defaults(func=_cmd_presets)
     report.add_parser(sub)
     ablate.add_parser(sub)
-    sub.add_parser("bench", help="the performance suite: every figure against a reference (mappa bench -h)")
+    sub.add_parser(
+        "bench",
+        help="the speed and memory suite, every figure beside a reference (mappa bench -h); the mappa-bench-v2 "
+        "benchmark is mappa eval --protocol",
+    )
     sub.add_parser("sandbox", help="build the Docker sandbox image offline, or reap leftovers (mappa sandbox -h)")
     evaluate.add_parser(sub)
     rescore.add_parser(sub)

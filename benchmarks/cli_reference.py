@@ -67,14 +67,15 @@ def own_parsers() -> dict[str, argparse.ArgumentParser]:
 
 
 def subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser, str | None]]:
-    """``(name, parser, help)`` of each subcommand of ``parser``, in the parser's order (an alias once)."""
+    """``(name, parser, help)`` of each subcommand of ``parser``, in the parser's order (an alias once); one added
+    without help (an old spelling kept working) is left out, as ``--help`` leaves it out."""
     seen = set()
     for action in parser._actions:
         if not isinstance(action, argparse._SubParsersAction):
             continue
         helps = {a.dest: a.help for a in action._choices_actions}
         for name, sub in action.choices.items():
-            if id(sub) not in seen:
+            if name in helps and id(sub) not in seen:
                 seen.add(id(sub))
                 yield name, sub, helps.get(name)
 

@@ -62,6 +62,8 @@ FAULT_KEYS = (
     "coach_lenient",
     "coach_ambiguous",
     "coach_fallbacks",
+    "coach_directed_text",
+    "coach_score_echoed",
     "masked_fallbacks",
     "truncated_responses",
     "masked_truncated",

@@ -1,4 +1,5 @@
-"""``mappa bench``: the performance suite. Every figure is printed with a reference measured in the same run.
+"""``mappa bench``: the speed and memory suite. Every figure is printed with a reference measured in the same run.
+(Not the mappa-bench-v2 benchmark of methods, which ``mappa eval --protocol`` runs: docs/benchmarking.md.)
 
     mappa bench [--quick] [--json out.json] [--skip generation trainer ...]
 
@@ -287,10 +288,17 @@ def _print(rows: list[dict[str, Any]]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mappa bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="mappa bench", description=" ".join(__doc__.splitlines()[:2]))
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
-    p.add_argument("--skip", nargs="*", default=[], choices=SECTIONS)
-    p.add_argument("--json", default=None)
+    p.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        choices=SECTIONS,
+        metavar="SECTION",
+        help="sections to leave out: " + ", ".join(SECTIONS),
+    )
+    p.add_argument("--json", default=None, metavar="FILE", help="also write every figure to FILE")
     add_ray_address(p)
     return p
 

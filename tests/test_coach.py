@@ -532,7 +532,7 @@ def test_the_hindsight_coach_blames_a_wrong_printout_that_misled_a_right_verifie
 
 
 def test_an_llm_coachs_reply_budget_comes_from_the_spec_options():
-    """`mappa rescore --max-tokens`: the LLM coaches' reply budget (512 a call, 1024 for the hindsight form by
+    """`mappa rescore --max-new-tokens`: the LLM coaches' reply budget (512 a call, 1024 for the hindsight form by
     default); the coaches that generate nothing refuse it."""
     from mappa_envs.coach import coach_from_spec
 

@@ -168,9 +168,11 @@ def test_a_task_without_heldout_tasks_is_evaluated_on_a_named_split(tiny):
         mappa_envs.registry.pop("test/Plain-v0")
 
 
-def test_task_arguments_reach_any_tasks_suites_and_none_is_dropped(tmp_path):
-    """``--task-arg TASK:KEY=VALUE`` reaches every suite of that task; a run of the SQL task passes its own
-    arguments; ``--env-arg`` (MathChat's) with no MathChat suite is refused instead of dropped."""
+def test_task_arguments_reach_any_tasks_suites_and_none_is_dropped(tmp_path, capsys):
+    """``--env-arg TASK:KEY=VALUE`` reaches every suite of that task (a task name, another name of it, or its env
+    id); a bare ``KEY=VALUE`` goes to the one task of the suites and is refused when they span several, or when
+    TASK has no suite, instead of being dropped; a run of the SQL task passes its own arguments; the old spellings
+    (``--dsbench-arg``, ``--task-arg``) still work and warn."""
     import argparse
 
     from benchmarks.commands import evaluate as command
@@ -181,14 +183,30 @@ def test_task_arguments_reach_any_tasks_suites_and_none_is_dropped(tmp_path):
     def config(*argv):
         return command._eval_config(parser.parse_args(["eval", *argv]))
 
-    cfg = config("--suites", "sql", "sql:eval", "--task-arg", "sql:query_turns=1")
+    cfg = config("--suites", "sql", "sql:eval", "--env-arg", "sql:query_turns=1")
     assert suite_env("sql", cfg) == ("mappa/SQLQuery-v0", {"split": "eval", "query_turns": 1})
     assert suite_env("sql:eval", cfg)[1]["query_turns"] == 1
+    assert suite_env("sql", config("--suites", "sql", "--env-arg", "query_turns=3"))[1]["query_turns"] == 3
+    cfg = config("--suites", "sql", "--env-arg", "mappa/SQLQuery-v0:query_turns=2")
+    assert suite_env("sql", cfg)[1]["query_turns"] == 2
+    cfg = config("--suites", "aime", "dsbench", "--env-arg", "mathchat:turns=2", "--env-arg", "dsbench:x=a:b")
+    assert cfg.mathchat_kwargs == {"turns": 2} and cfg.dsbench_kwargs == {"x": "a:b"}  # a value may hold ':'
+    assert config("--suites", "aime", "--env-arg", "tasks:turns=2").mathchat_kwargs == {"turns": 2}
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text(json.dumps({"env_id": "mappa/SQLQuery-v0", "env_kwargs": {"query_turns": 2}}))
     assert suite_env("sql", config("--suites", "sql", "--run", str(run)))[1]["query_turns"] == 2
-    with pytest.raises(SystemExit, match="none of \\['sql'\\] is MathChat's: use --task-arg"):
-        config("--suites", "sql", "--env-arg", "query_turns=1")
-    with pytest.raises(SystemExit, match="--task-arg takes TASK:KEY=VALUE, not 'query_turns=1'"):
-        config("--suites", "sql", "--task-arg", "query_turns=1")
+    cfg = config("--suites", "sql", "--run", str(run), "--env-arg", "sql:query_turns=1")
+    assert suite_env("sql", cfg)[1]["query_turns"] == 1  # the flag over the run's own
+    with pytest.raises(SystemExit, match=r"are of the tasks \['dsbench', 'mathchat'\]; say which"):
+        config("--suites", "aime", "dsbench", "--env-arg", "turns=2")
+    with pytest.raises(SystemExit, match="no suite is of the task 'mathchat'"):
+        config("--suites", "sql", "--env-arg", "mathchat:turns=2")
+    with pytest.raises(SystemExit, match="takes \\[TASK:\\]KEY=VALUE, not 'query_turns'"):
+        config("--suites", "sql", "--env-arg", "query_turns")
+    capsys.readouterr()
+    cfg = config("--suites", "sql", "dsbench", "--task-arg", "sql:query_turns=1", "--dsbench-arg", "x=1")
+    assert suite_env("sql", cfg)[1]["query_turns"] == 1 and cfg.dsbench_kwargs == {"x": 1}
+    err = capsys.readouterr().err
+    assert "--task-arg is an old spelling of --env-arg TASK:KEY=VALUE; use --env-arg sql:query_turns=1" in err
+    assert "use --env-arg dsbench:x=1" in err and "--dsbench-arg" not in parser.format_help()

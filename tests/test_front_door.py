@@ -15,7 +15,7 @@ import pytest
 from baselines.config import TrainConfig, config_record, sandbox_choice
 from baselines.presets import PRESETS, SUMMARIES, preset
 from baselines.role_weights import KINDS, SPEC_FORMS, parse_spec
-from baselines.store import REMOVED, check_resumable, drop_finished_checkpoints
+from baselines.store import REMOVED, FinishedRun, check_resumable, drop_finished_checkpoints
 from benchmarks import cli
 from benchmarks.commands import ablate
 from benchmarks.commands import train as train_command
@@ -190,4 +190,10 @@ def test_a_finished_run_drops_its_checkpoints_once_every_role_is_exported(tmp_pa
     assert "--keep-finished-checkpoints keeps them" in lines[-1]
     (run / "config.json").write_text(json.dumps(asdict(TrainConfig(out_dir=str(run)))))
     with pytest.raises(ValueError, match="checkpoints were removed when the run finished"):
-        check_resumable(TrainConfig(out_dir=str(run)))
+        check_resumable(TrainConfig(out_dir=str(run)))  # no eval.json: it did not finish its evaluation
+    (run / "eval.json").write_text("{}")
+    with pytest.raises(FinishedRun, match="is this configuration's finished run: its trained models are in"):
+        check_resumable(TrainConfig(out_dir=str(run)))  # the same command again: where its results are
+    with pytest.raises(ValueError, match="checkpoints were removed when the run finished") as e:
+        check_resumable(TrainConfig(out_dir=str(run), iterations=99))  # more iterations: cannot be extended
+    assert not isinstance(e.value, FinishedRun)

@@ -118,6 +118,14 @@ def test_an_old_spelling_still_works_hidden_and_warns(capsys):
     assert "--keep-coach-fallbacks" not in _parser("train").format_help()
     args = parser.parse_args(["ablate", "--preset", "smoke", "--estimators", "coach,grpo"])
     assert args.arms == "coach,grpo" and "--estimators is an old spelling of --arms" in capsys.readouterr().err
+    args = parser.parse_args(["rescore", "runs/x", "--coach", "rule", "--out", "o", "--max-tokens", "64"])
+    assert args.max_tokens == 64 and "--max-tokens is an old spelling of --max-new-tokens" in capsys.readouterr().err
+    assert "--max-tokens" not in _parser("rescore").format_help()
+    assert cli.main(["envs"]) == 0  # `mappa env list`, warned, and left out of the help
+    out, err = capsys.readouterr()
+    assert "mappa/MathChat-v0" in out and "use mappa env list" in err
+    assert not any(line.split()[:1] == ["envs"] for line in cli.build_parser().format_help().splitlines())
+    assert cli.main(["env", "list"]) == 0 and "mappa/MathChat-v0" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="--place takes ACTOR=RESOURCE"):
         train_command.train_config(cli.build_parser().parse_args(["train", "--place", "engines"]))
 
@@ -208,7 +216,7 @@ def test_mappa_eval_builds_its_eval_config_from_the_generated_flags():
         assert a is not None and flag(f) in a.option_strings and a.help, f"EvalConfig.{f.name}: no flag in mappa eval"
         default = f.default_factory() if f.default is dataclasses.MISSING else f.default
         assert a.default == default, f"{f.name}: the flag's default is the field's"
-    assert {"--suites", "--tasks", "--env-arg", "--dsbench-arg"} <= set(parser._option_string_actions)
+    assert {"--suites", "--tasks", "--env-arg"} <= set(parser._option_string_actions)
     assert own <= {f.name for f in dataclasses.fields(EvalConfig)}
     values = {f.name: _other_value(EvalConfig, f) for f in dataclasses.fields(EvalConfig) if f.name not in own}
     args = parser.parse_args(["--suites", "aime", *as_argv(EvalConfig, values)])

@@ -53,7 +53,7 @@ def test_report_of_a_process_and_an_outcome_run(tmp_path):
     # 8 evaluations and no request (a rule coach asks no model), 8 truncated responses kept (truncated="keep")
     assert (
         "## Coach faults and masked actions" in md
-        and "| coach | problem_solver | 8 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 8 | 0 | 0 | 0 | 0 | 0 |" in md
+        and "| coach | problem_solver | 8 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 8 | 0 | 0 | 0 | 0 | 0 |" in md
     )
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 4 and "<table>" in page

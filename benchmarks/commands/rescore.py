@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .common import OldSpelling
+
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     from mappa_envs.coach.rescore import coach_specs_help
@@ -23,10 +25,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--name", default="rescored", help="the key of the new evaluation in each action's info")
     p.add_argument("--concurrency", type=int, default=8, help="coach calls at once")
     p.add_argument(
-        "--max-tokens",
+        "--max-new-tokens",
+        dest="max_tokens",
+        metavar="N",
         type=int,
         default=None,
         help="an LLM coach's reply budget in tokens (default 512 a call; 1024 for llm-hindsight: one reply an episode)",
+    )
+    p.add_argument(  # the old spelling: every other command says --max-new-tokens
+        "--max-tokens", dest="max_tokens", type=int, action=OldSpelling, new="--max-new-tokens", help=argparse.SUPPRESS
     )
     p.set_defaults(func=cmd_rescore)
     return p

@@ -1,4 +1,4 @@
-"""``mappa run`` (episodes with local transformers models, trajectories written as they end) and ``mappa envs``."""
+"""``mappa run`` (episodes with local transformers models, trajectories written as they end) and ``mappa env list``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from .common import env_args, key_values
 
 
 def add_parsers(sub: Any) -> None:
-    p = sub.add_parser("envs", help="list registered environments")
-    p.set_defaults(func=cmd_envs)
+    p = sub.add_parser("envs")  # the old spelling of `mappa env list`: no help, so the help leaves it out
+    p.set_defaults(func=_cmd_old_envs)
 
     p = sub.add_parser("run", help="run episodes with local models and write trajectories")
     p.add_argument("--env", default="mappa/MathChat-v0", help="registered env id")
@@ -39,6 +39,11 @@ def add_parsers(sub: Any) -> None:
     )
     p.add_argument("--show-transcripts", action="store_true")
     p.set_defaults(func=cmd_run)
+
+
+def _cmd_old_envs(args: argparse.Namespace) -> int:
+    print("mappa: envs is an old spelling of env list; use mappa env list", file=sys.stderr)
+    return cmd_envs(args)
 
 
 def cmd_envs(_args: argparse.Namespace) -> int:

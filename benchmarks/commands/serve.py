@@ -21,15 +21,18 @@ from .common import OldSpelling, env_args, key_values
 
 
 def add_parser(sub: Any) -> None:
-    env = sub.add_parser("env", help="serve an env over OpenEnv (mappa env serve -h)")
+    from .run import cmd_envs
+
+    env = sub.add_parser("env", help="list the registered envs, or serve one over OpenEnv (mappa env serve -h)")
     env_sub = env.add_subparsers(dest="env_command", required=True)
+    env_sub.add_parser("list", help="the registered env ids, one line each").set_defaults(func=cmd_envs)
     p = env_sub.add_parser(
         "serve",
         help="serve ENV_ID over OpenEnv (WebSocket sessions)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("env_id", help="registered env id (mappa envs lists them)")
+    p.add_argument("env_id", help="registered env id (mappa env list lists them)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--seat", default=None, help="the role the client plays; the others need --policy")

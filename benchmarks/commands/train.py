@@ -253,11 +253,14 @@ def _print_gpu_plan(cfg, preset_name: str | None) -> None:
 def _train(cfg, out: Path, log_dir: Path) -> int:
     """``mappa train`` after the configuration is shown and the logs are set up: build, evaluate, train, evaluate."""
     from baselines.config import config_record
-    from baselines.store import check_resumable
+    from baselines.store import FinishedRun, check_resumable
 
     t0 = time.monotonic()
     try:
         saved = check_resumable(cfg)
+    except FinishedRun as e:
+        print(f"mappa train: {e}")
+        return 0
     except ValueError as e:
         print(f"mappa train: {e}", file=sys.stderr)
         return 1
@@ -357,6 +360,13 @@ def _role_figures(role: str, r: dict) -> str:
         parts.append(f"tool ok {r['tool_success_rate']:.0%}")
     parts.append("frozen" if r.get("frozen") else f"loss {r.get('loss', 0):.3g}, kl {r.get('kl', 0):.2g}")
     parts.append(f"{r.get('coach_fallbacks', 0)}/{r.get('coach_evaluations', 0)} coach fallbacks")
+    if r.get("coach_calls"):  # a coach model was asked: how long its calls took and waited
+        parts.append(
+            f"{r['coach_calls']} coach calls ({r.get('coach_latency_s', 0):.1f}s each, "
+            f"{r.get('coach_queue_s', 0):.1f}s queued)"
+        )
+    if r.get("coach_directed_text"):
+        parts.append(f"{r['coach_directed_text']} addressed the coach ({r.get('coach_score_echoed', 0)} echoed)")
     parts.append(f"{r.get('masked_actions', 0)} masked")
     return ", ".join(parts)
 

@@ -13,7 +13,7 @@ label                      the reward sees
                            the figures of its scoring (DSBench: validity, the scorer's reason and stage, quality)
                            (outcome-only training; a hindsight coach's blame)
 ``final-answer-key``       the ground truth when scoring the final agent's answer, nothing of it for earlier
-                           agents: the method's coach (``../docs/concepts.md``; ``docs/method.md``)
+                           agents: what the method's LLM coach sees (``docs/method.md``)
 ``per-action-answer-key``  the ground truth when scoring any agent's action (e.g. a code executor's printout
                            checked against the answer): an answer-key coach, a method of its own
 =========================  =====================================================================================

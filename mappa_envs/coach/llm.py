@@ -126,6 +126,7 @@ class LLMCoach:
         max_backoff_s: float = 8.0,
         cache: CoachCache | None = None,
         rng: random.Random | None = None,
+        guard: bool = True,
     ):
         self.backend = backend
         self.templates = templates or Templates()
@@ -133,7 +134,10 @@ class LLMCoach:
         self.backoff_s, self.max_backoff_s = backoff_s, max_backoff_s
         self.cache = cache
         self.stats = CoachStats()
-        self.name = backend.name
+        self.guard = guard
+        """Fence the agents' text and neutralise what addresses the coach (:mod:`mappa_envs.coach.guard`); off only
+        to measure what the guard does (the coach's name then says ``unguarded``, so caches never mix the two)."""
+        self.name = backend.name if guard else f"{backend.name}+unguarded"
         self.information = ("final-answer-key",)  # the ground truth reaches the final agent's input only
         self._rng = rng or random.Random(0)
 
@@ -157,9 +161,12 @@ class LLMCoach:
             return hit
         start = time.perf_counter()
         self.stats.add(calls=1)
-        messages = self.templates.build(inp)
+        messages, findings = self.templates.build_guarded(inp)  # what addresses the coach is flagged either way
+        if not self.guard:
+            messages = self.templates.build(inp)
         reply, retries, error = self._call(messages)
         ev = CoachEvaluation(score=NEUTRAL_SCORE, backend=self.name, retries=retries)
+        ev.coach_directed_text = list(findings.kinds)
         self.stats.add(retries=retries)
         if reply is None:
             ev.fallback_used, ev.parse = True, "fallback"
@@ -195,10 +202,12 @@ class LLMCoach:
             ev.reasoning = reasoning_of(reply)
             if inp.ground_truth is not None:
                 ev.answer_correct = parse_answer_correct(ev.raw_reply)
+        ev.score_echoed = not ev.fallback_used and findings.echoed(ev.score)
         if ev.fallback_used:
             self.stats.add(fallbacks=1)
         if ev.ambiguous:
             self.stats.add(ambiguous=1)
+        self.stats.add(coach_directed=bool(findings.kinds), score_echoed=ev.score_echoed)
         ev.latency_s = time.perf_counter() - start
         if self.cache is not None and not ev.fallback_used:
             self.cache.put(key, ev)

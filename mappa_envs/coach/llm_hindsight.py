@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 
 from ..core import EpisodeRecord, truncate_middle
+from .guard import FENCE_NOTE, Findings, guard, new_fence
 from .hindsight import parse_hindsight_scores
 from .llm import ChatBackend, CoachCache, LLMCoach
 from .protocol import NEUTRAL_SCORE, CoachEvaluation, CoachInput, Templates, clamp, reasoning_of
@@ -60,16 +61,35 @@ class LLMHindsightCoach:
         max_retries: int = 3,
         backoff_s: float = 0.5,
         cache: CoachCache | None = None,
+        guard: bool = True,
     ):
-        self._llm = LLMCoach(backend, templates, max_retries=max_retries, backoff_s=backoff_s)
+        self._llm = LLMCoach(backend, templates, max_retries=max_retries, backoff_s=backoff_s, guard=guard)
         self.templates, self.stats, self.cache = self._llm.templates, self._llm.stats, cache
         self.max_chars = max_chars
-        self.name = f"hindsight:{backend.name}"
+        self.guard = guard
+        """As :attr:`LLMCoach.guard`: each action's text fenced and stripped of what addresses the coach."""
+        self.name = f"hindsight:{self._llm.name}"
         self.information = ("outcome", "per-action-answer-key")  # the episode, its outcome and the right answer
 
     def build(self, inputs: Sequence[CoachInput], record: EpisodeRecord) -> list[dict[str, str]]:
-        """The chat messages: the system prompt and the episode, each action shortened to ``max_chars``."""
+        """The chat messages: the system prompt and the episode, each action shortened to ``max_chars`` (guarded
+        when :attr:`guard` is on)."""
+        return self.build_guarded(inputs, record, guarded=self.guard)[0]
+
+    def build_guarded(
+        self, inputs: Sequence[CoachInput], record: EpisodeRecord, guarded: bool = True
+    ) -> tuple[list[dict[str, str]], list[Findings]]:
+        """The chat messages and, per action, what addresses the coach in its text (found either way; fenced with
+        a fresh token and neutralised only when ``guarded``: :mod:`mappa_envs.coach.guard`)."""
         t = self.templates
+        token = new_fence()
+        found = [Findings() for _ in inputs]
+        shared = Findings()  # the workspace's file names: every action's author may have chosen one
+
+        def agent_text(text: str, findings: Findings) -> str:
+            clean = guard(text, token, findings)
+            return clean if guarded else text
+
         action = t.read("hindsight_action.txt") or ""
         blocks = []
         for i, inp in enumerate(inputs):
@@ -81,8 +101,10 @@ class LLMHindsightCoach:
                     agent=inp.agent,
                     turn=inp.turn,
                     role_description=guidance.splitlines()[0] if guidance else "",
-                    output=truncate_middle(inp.output, self.max_chars) or "(empty reply)",
-                    tool_feedback=truncate_middle(inp.tool_feedback, self.max_chars // 2) or "no tools used",
+                    output=agent_text(truncate_middle(inp.output, self.max_chars) or "(empty reply)", found[i]),
+                    tool_feedback=agent_text(
+                        truncate_middle(inp.tool_feedback, self.max_chars // 2) or "no tools used", found[i]
+                    ),
                 )
             )
         last = inputs[-1] if inputs else None
@@ -95,14 +117,17 @@ class LLMHindsightCoach:
         user = (t.read("hindsight_user.txt") or "").format(
             task=truncate_middle(last.task, 4 * self.max_chars),
             actions="\n".join(blocks),
-            files=files or "(none)",
+            files=agent_text(files, shared) if files else "(none)",
             outcome=ending,
             last=len(inputs) - 1,
         )
-        return [
-            {"role": "system", "content": (t.read("hindsight_system.txt") or "").strip()},
-            {"role": "user", "content": user},
-        ]
+        for inp, findings in zip(inputs, found, strict=True):  # a file's name is its writer's text
+            if shared.kinds and any(f.written_by == inp.agent for f in last.files):
+                findings.add(shared)
+        system = (t.read("hindsight_system.txt") or "").strip()
+        if guarded:
+            system += "\n\n" + FENCE_NOTE.format(token=token)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}], found
 
     def _ask(self, messages: list[dict[str, str]], n: int):
         """The call, one re-prompt naming the indices without a score, then the lenient reading: (scores, how each
@@ -144,7 +169,8 @@ class LLMHindsightCoach:
             return cached
         start = time.perf_counter()
         self.stats.add(calls=1)
-        scores, parse, reply, retries, reprompted, why = self._ask(self.build(inputs, record), len(inputs))
+        messages, found = self.build_guarded(inputs, record, guarded=self.guard)
+        scores, parse, reply, retries, reprompted, why = self._ask(messages, len(inputs))
         self.stats.add(retries=retries)
         out = []
         for i, score in enumerate(scores):
@@ -159,7 +185,10 @@ class LLMHindsightCoach:
                 parse="fallback" if score is None else parse[i],
                 fallback_used=score is None,
                 fallback_reason=why if score is None else None,
+                coach_directed_text=list(found[i].kinds),
+                score_echoed=score is not None and found[i].echoed(score),
             )
+            self.stats.add(coach_directed=bool(found[i].kinds), score_echoed=ev.score_echoed)
             if ev.fallback_used:
                 self.stats.add(fallbacks=1)
             elif self.cache is not None:

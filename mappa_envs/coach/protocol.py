@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import ActionRecord, CoachEvaluation, EpisodeRecord, truncate_middle  # noqa: F401  (re-exported)
+from .guard import FENCE_NOTE, Findings, guard, new_fence
 
 NEUTRAL_SCORE = 5.0
 
@@ -200,8 +201,22 @@ class Templates:
         return (self.read(f"{template}/{role}.txt") or self.read("default.txt") or "").strip()
 
     def build(self, inp: CoachInput, max_chars: int = 6000) -> list[dict[str, str]]:
-        """The chat messages sent to an LLM coach."""
+        """The chat messages sent to an LLM coach, without the injection guard (:meth:`build_guarded` has it)."""
+        return self._build(inp, max_chars, None, Findings())
+
+    def build_guarded(self, inp: CoachInput, max_chars: int = 6000) -> tuple[list[dict[str, str]], Findings]:
+        """The chat messages with the agents' text fenced by a fresh token and stripped of what addresses the coach
+        (:mod:`mappa_envs.coach.guard`), and what was found in it."""
+        findings = Findings()
+        return self._build(inp, max_chars, new_fence(), findings), findings
+
+    def _build(self, inp: CoachInput, max_chars: int, token: str | None, findings: Findings) -> list[dict[str, str]]:
+        def agent_text(text: str) -> str:  # what an agent or its tools wrote, guarded when there is a token
+            return guard(text, token, findings) if token is not None else text
+
         system = (self.read("system.txt") or "").strip()
+        if token is not None:
+            system += "\n\n" + FENCE_NOTE.format(token=token)
         user = self.read("user.txt") or ""
         gt = ""
         if inp.ground_truth is not None:
@@ -218,10 +233,10 @@ class Templates:
             role_description=(inp.role_guidance or self.role_guidance(inp.template, inp.role)).splitlines()[0]
             if inp.role
             else "",
-            agent_input=truncate_middle(inp.agent_input, max_chars),
-            output=truncate_middle(inp.output, max_chars) or "(empty reply)",
-            tool_feedback=truncate_middle(inp.tool_feedback, max_chars // 2) or "no tools used",
-            files=files or "(none)",
+            agent_input=agent_text(truncate_middle(inp.agent_input, max_chars)),
+            output=agent_text(truncate_middle(inp.output, max_chars) or "(empty reply)"),
+            tool_feedback=agent_text(truncate_middle(inp.tool_feedback, max_chars // 2) or "no tools used"),
+            files=agent_text(files) if files else "(none)",
             ground_truth_section=gt,
             role_guidance=inp.role_guidance or self.role_guidance(inp.template, inp.role),
             answer_line=", and `ANSWER_CORRECT: 0` or `ANSWER_CORRECT: 1` on another line"

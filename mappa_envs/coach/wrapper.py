@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -37,13 +38,22 @@ class CoachPool:
     def submit(self, inp) -> Future:
         with self._lock:
             self.submitted += 1
-        return self._executor.submit(self.coach.evaluate, inp)
+        return self._executor.submit(self._timed, time.perf_counter(), self.coach.evaluate, inp)
 
     def submit_episode(self, inputs: list, record: Any) -> Future:
         """A hindsight coach's one call for a finished episode (its evaluations, one per input)."""
         with self._lock:
             self.submitted += 1
-        return self._executor.submit(self.coach.evaluate_episode, inputs, record)
+        return self._executor.submit(self._timed, time.perf_counter(), self.coach.evaluate_episode, inputs, record)
+
+    @staticmethod
+    def _timed(submitted: float, evaluate: Any, *args: Any) -> Any:
+        """``evaluate(*args)``, its evaluations stamped with how long the call waited for a free slot (``queue_s``)."""
+        waited = time.perf_counter() - submitted
+        result = evaluate(*args)
+        for ev in result if isinstance(result, list) else [result]:
+            ev.queue_s = waited
+        return result
 
     def close(self, cancel: bool = False) -> None:
         """Wait for the calls in flight; ``cancel``: drop those not started yet (an interrupted re-score)."""

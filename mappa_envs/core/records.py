@@ -41,6 +41,11 @@ def _choice(value: Any, choices: Any, what: str) -> Any:
     return value
 
 
+_WRITTEN_WHEN_SET: dict[str, Any] = {"coach_directed_text": [], "score_echoed": False, "queue_s": 0.0}
+"""Fields of :class:`CoachEvaluation` that :meth:`~CoachEvaluation.to_dict` writes only when they differ from
+this default: a file written before they existed reads and writes back the same JSON."""
+
+
 @dataclass
 class CoachEvaluation:
     """A coach's judgement of one action: the reward's in :attr:`ActionRecord.coach
@@ -61,6 +66,15 @@ class CoachEvaluation:
     ambiguous: bool = False
     """The reply held several different ``PROCESS_SCORE`` values (outside its thinking); the last one was used."""
     answer_correct: bool | None = None
+    coach_directed_text: list[str] = field(default_factory=list)
+    """What the injection guard found addressed to the coach in the agents' text of this evaluation's prompt and
+    neutralised there (kinds: ``score_line``, ``answer_line``, ``fence``, ``heading``, ``instruction``;
+    :mod:`mappa_envs.coach.guard`); empty: nothing, or a coach that reads no text (the rule coaches)."""
+    score_echoed: bool = False
+    """The coach's score equals a score an agent wrote in its text (``PROCESS_SCORE: n``): a sign the coach read the
+    agent rather than the rubric."""
+    queue_s: float = field(default=0.0, compare=False)
+    """Seconds the evaluation waited for a free coach slot before its call started (:class:`CoachPool`)."""
     cached: bool = field(default=False, compare=False)
     members: list[CoachEvaluation] = field(default_factory=list)
     """For ensembles: each member's evaluation."""
@@ -77,6 +91,9 @@ class CoachEvaluation:
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "normalized_score"}
+        for name, unset in _WRITTEN_WHEN_SET.items():  # a record without them reads and writes back the same
+            if d[name] == unset:
+                del d[name]
         d["members"] = [m.to_dict() for m in self.members]
         d["reward"] = self.reward
         if self.normalized_score is not None:
