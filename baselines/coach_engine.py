@@ -63,12 +63,13 @@ class CoachServer:
         kv_cache_gb: int = 1,
         gpu_memory_utilization: float = 0.3,
         python: str | None = None,
+        advertise: str | None = None,
     ):
         from .models import resolve_model
 
         path = resolve_model(model)
         self.port = _free_port()
-        advertised = host if host not in ("0.0.0.0", "") else socket.gethostbyname(socket.gethostname())
+        advertised = advertise or (host if host not in ("0.0.0.0", "") else socket.gethostbyname(socket.gethostname()))
         self.url = f"http://{advertised}:{self.port}/v1"
         cmd = [python or sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path]
         cmd += ["--served-model-name", SERVED_NAME, "--max-model-len", str(max_model_len)]
@@ -121,7 +122,10 @@ class _CoachServerActor:
     """:class:`CoachServer` inside a Ray actor (the distributed trainer's), listening on every interface."""
 
     def __init__(self, model: str, log_path: str):
-        self.server = CoachServer(model, log_path=log_path, host="0.0.0.0")
+        import ray
+
+        # reachable from the driver and every other node at this node's address in the cluster
+        self.server = CoachServer(model, log_path=log_path, host="0.0.0.0", advertise=ray.util.get_node_ip_address())
 
     def wait(self) -> str:
         return self.server.wait()

