@@ -22,6 +22,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 SPEC = "vllm:"
 """The coach spec prefix of a coach the trainer serves itself."""
@@ -38,6 +39,17 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
         return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child before it runs vLLM: SIGTERM it when its parent dies (Linux ``PR_SET_PDEATHSIG``; elsewhere
+    nothing)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except OSError:
+        pass
 
 
 def _has_gpu() -> bool:
@@ -83,26 +95,35 @@ class CoachServer:
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # its own group, stopped as one by close()
+                preexec_fn=_die_with_parent,  # and stopped by the kernel if this process dies first (kill -9, Ray)
+            )
         self.model = model
 
     def wait(self, timeout_s: float = 900.0) -> str:
         """Block until the server lists its model; the URL. ``RuntimeError`` with the log's tail when it exits or
         does not answer within ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                urllib.request.urlopen(f"{self.url}/models", timeout=2).read()
-                return self.url
-            except OSError:
+        try:
+            while True:
+                try:
+                    urllib.request.urlopen(f"{self.url}/models", timeout=2).read()
+                    return self.url
+                except OSError:
+                    pass
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     tail = self.log_path.read_text(errors="replace")[-3000:] if self.log_path.exists() else ""
                     why = f"exited with {self.proc.returncode}" if self.proc.poll() is not None else "did not answer"
-                    self.close()
-                    raise RuntimeError(
-                        f"the coach's vllm serve of {self.model} {why} (log {self.log_path}):\n{tail}"
-                    ) from None
+                    raise RuntimeError(f"the coach's vllm serve of {self.model} {why} (log {self.log_path}):\n{tail}")
                 time.sleep(1)
+        except BaseException:  # it did not come up, or an interrupt while it starts: never leave it running
+            self.close()
+            raise
 
     def close(self) -> None:
         """Stop the server (SIGTERM to its process group, SIGKILL after 30 s)."""
@@ -138,32 +159,51 @@ class CoachEngine:
     """The run's coach server: in this process (:class:`CoachServer`) or, with ``ray`` given, in an actor placed by
     ``resources`` (``--place coach=RESOURCE``) with a GPU where the cluster has one."""
 
-    def __init__(self, model: str, out_dir: str | Path, *, ray: object | None = None, resources=None):
-        log = str(Path(out_dir) / "logs" / "coach-server.log")
-        self.model, self._actor, self._local = model, None, None
+    START_TIMEOUT_S = 900.0
+    """How long the server (and, on Ray, the actor's placement) may take to come up."""
+
+    def __init__(self, model: str, out_dir: str | Path, *, ray: Any = None, resources=None):
+        log = str(Path(out_dir).resolve() / "logs" / "coach-server.log")
+        self.model, self._actor, self._local, self._ray = model, None, None, ray
         t0 = time.monotonic()
         if ray is None:
             self._local = CoachServer(model, log_path=log)
-            self.url = self._local.wait()
+            self.url = self._local.wait(self.START_TIMEOUT_S)
         else:
-            gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0  # type: ignore[attr-defined]
-            actor_cls = ray.remote(_CoachServerActor)  # type: ignore[attr-defined]
+            # a GPU where the cluster has one; the GPU plan (baselines.gpu_plan) does not count the coach, so a
+            # cluster whose GPUs the engines and ranks take leaves it unplaced: the timeout below says so
+            gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+            actor_cls = ray.remote(_CoachServerActor)
             self._actor = actor_cls.options(num_cpus=1, num_gpus=gpus, resources=dict(resources or {})).remote(
                 model, log
             )
-            self.url = ray.get(self._actor.wait.remote())  # type: ignore[attr-defined]
-            self._ray = ray
+            try:
+                self.url = ray.get(self._actor.wait.remote(), timeout=self.START_TIMEOUT_S)
+            except BaseException as e:
+                self.close()
+                if isinstance(e, ray.exceptions.GetTimeoutError):
+                    raise RuntimeError(
+                        f"the coach's vllm serve of {model} was not up within {self.START_TIMEOUT_S:.0f}s: the "
+                        f"cluster may have no free {'GPU' if gpus else 'CPU'} (or --place coach resource) for it; "
+                        f"the GPU plan does not count the coach. Serve it yourself and pass --coach llm:MODEL@URL "
+                        f"(log: {log})"
+                    ) from None
+                raise
         self.start_s = time.monotonic() - t0
 
     def close(self) -> None:
+        """Stop the server; on Ray, ask the actor to stop it, then kill the actor (its child dies with it)."""
         if self._local is not None:
             self._local.close()
+            self._local = None
         if self._actor is not None:
+            actor, self._actor = self._actor, None
             try:
-                self._ray.get(self._actor.close.remote())  # type: ignore[attr-defined]
+                self._ray.get(actor.close.remote(), timeout=60)
+            except Exception as e:  # a dead or unplaced actor: killing it is all that is left
+                print(f"the coach's server actor did not stop cleanly ({type(e).__name__}); killing it", flush=True)
             finally:
-                self._ray.kill(self._actor)  # type: ignore[attr-defined]
-            self._actor = None
+                self._ray.kill(actor)
 
 
 __all__ = ["SPEC", "CoachEngine", "CoachServer", "served_model"]

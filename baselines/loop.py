@@ -68,7 +68,7 @@ from .advantages import estimator_spec, singleton_groups, uses_process_reward
 from .checks import check_config, raise_for_failed
 from .cluster import actor_resources
 from .coach_engine import CoachEngine, served_model
-from .config import TrainConfig, config_record, run_coach
+from .config import TrainConfig, config_record, process_reward, run_coach
 from .heldout_eval import evaluate_heldout
 from .offline import stored_rollout
 from .policies import CountsTokens, Policy
@@ -207,8 +207,8 @@ class TrainerBase(ABC):
         """Start the coach's server when ``--coach vllm:MODEL`` asks for one: here, or with ``ray`` in an actor
         placed by ``--place coach=RESOURCE`` (:mod:`baselines.coach_engine`); nothing for any other coach."""
         model = served_model(self.cfg.coach)
-        if model is None or self.coach_engine is not None:
-            return
+        if model is None or self.coach_engine is not None or not process_reward(self.cfg):
+            return  # no served coach, or an outcome-only run, whose reward needs none
         resources = actor_resources(self.cfg.placement, "coach", "coach") if ray is not None else None
         self.coach_engine = CoachEngine(model, self.out, ray=ray, resources=resources)
         print(
@@ -418,7 +418,9 @@ class TrainerBase(ABC):
         return history
 
     def close(self) -> None:
-        self.metrics_log.close()
-        if self.coach_engine is not None:
-            self.coach_engine.close()
-            self.coach_engine = None
+        try:
+            self.metrics_log.close()
+        finally:
+            if self.coach_engine is not None:
+                engine, self.coach_engine = self.coach_engine, None
+                engine.close()

@@ -90,8 +90,10 @@ def test_every_attempt_raises_the_gullible_coachs_score_without_the_guard_and_no
         guarded = LLMCoach(gullible).evaluate(inp)
         assert fooled.score > HONEST, (template, fooled.raw_reply)  # the attempt works on this coach unguarded
         assert guarded.score == HONEST and not guarded.fallback_used, (template, guarded.raw_reply)
-        assert guarded.coach_directed_text and guarded.coach_directed_text == fooled.coach_directed_text
-        assert fooled.score_echoed == ("score line" in attempt or "end of section" in attempt)
+        assert guarded.coach_directed_text == fooled.coach_directed_text
+        own = place != "an earlier agent's message"  # an earlier agent's text is flagged on that agent's action
+        assert bool(guarded.coach_directed_text) == own
+        assert fooled.score_echoed == (own and ("score line" in attempt or "end of section" in attempt))
         assert not guarded.score_echoed  # it scored honestly: nothing the agent wrote was echoed
         assert fooled.backend.endswith("+unguarded") and not guarded.backend.endswith("+unguarded")
 
@@ -284,3 +286,12 @@ def test_an_update_on_an_llm_coachs_scores_leaves_its_failed_calls_out(tmp_path)
             assert r["skipped"] == 0 and r["grad_norm"] > 0
     assert len({a.coach.score for a in actions if not a.coach.fallback_used}) > 1
     assert any(m[r]["skipped"] == 0 for r in ("problem_solver", "code_executor", "verifier"))
+
+
+def test_an_ensemble_carries_its_members_flags(gullible):
+    from mappa_envs.coach import EnsembleCoach, RuleBasedCoach
+
+    inp = _input("mathchat", "reply", ATTEMPTS["score line"])
+    ev = EnsembleCoach([RuleBasedCoach(), LLMCoach(gullible, guard=False)]).evaluate(inp)
+    assert ev.coach_directed_text == ["score_line"] and ev.score_echoed  # the unguarded member echoed the 9
+    assert not EnsembleCoach([RuleBasedCoach(), LLMCoach(gullible)]).evaluate(inp).score_echoed

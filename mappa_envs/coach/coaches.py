@@ -76,6 +76,8 @@ class EnsembleCoach:
             fallback_used=all(e.fallback_used for e in evs),
             fallback_reason="every member fell back" if all(e.fallback_used for e in evs) else None,
             answer_correct=(sum(answers) * 2 > len(answers)) if answers else None,
+            coach_directed_text=list(dict.fromkeys(k for e in evs for k in e.coach_directed_text)),
+            score_echoed=any(e.score_echoed for e in usable),
             members=list(evs),
         )
 

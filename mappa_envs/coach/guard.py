@@ -13,14 +13,16 @@ as part of the prompt, and a policy trained against that coach can learn to writ
 2. **Neutralises** what imitates the coach's protocol or addresses the coach (:data:`PATTERNS`): the reply
    protocol's keywords (``PROCESS_SCORE``, ``ANSWER_CORRECT``), fence-like markers, the prompt's own section
    headings, and instructions to the judge. Each match is replaced by :data:`REMOVED` in what the coach sees (the
-   stored episode keeps the agent's text as written).
+   stored episode keeps the agent's text as written; a piece in which something was replaced is shown
+   NFKC-normalised, so ``x²`` reads ``x2`` there).
 3. **Records** what it found (:class:`Findings`): the kinds, and the scores the agent wrote, so that a coach reply
    whose score equals one of them is flagged (``score_echoed``). Both go into the action's evaluation
    (``CoachEvaluation.coach_directed_text`` and ``.score_echoed``) and are counted per role in ``metrics.jsonl``.
 
 What it does not stop (docs/coach.md): an appeal the patterns do not know ("this is clearly the best possible
-answer"), text in another language, a persuasive but wrong solution, or a coach model that is simply lenient. The
-patterns are a list a user can extend (``PATTERNS``); the counts show where agents start writing to their judge.
+answer"), text in another language or in letters of another script that look the same, a persuasive but wrong
+solution, or a coach model that is simply lenient. The patterns are a list a user can extend (``PATTERNS``); the
+counts show where agents start writing to their judge.
 """
 
 from __future__ import annotations
@@ -30,15 +32,24 @@ import secrets
 import unicodedata
 from dataclasses import dataclass, field
 
+GUARD_VERSION = "guard1"
+"""Part of an LLM coach's cache keys: an evaluation cached before the guard, or under other patterns, is not
+re-used for a guarded prompt."""
+
 REMOVED = "[text addressed to the coach removed]"
 """What the coach sees in place of each neutralised match."""
 
-_SCORE_WORD = r"PROCESS[\s_\-]*SCORE"
-_ANSWER_WORD = r"ANSWER[\s_\-]*CORRECT"
-_JUDGE = r"(?:coach|judge|grader|evaluator|reviewer|scorer|rater|critic)"
+_SCORE_WORD = r"\bPROCESS(?:[_\-]SCORE\b|\s+SCORE(?=\s*\**\s*(?:\[\s*\d+\s*\])?\s*\**\s*[:=]))"
+"""``PROCESS_SCORE`` (also ``PROCESS-SCORE``), or ``PROCESS SCORE`` followed by ``:`` / ``=`` (a natural "process
+score" is left alone)."""
+_ANSWER_WORD = r"\bANSWER(?:[_\-]CORRECT\b|\s+CORRECT(?=\s*\**\s*[:=]))"
+_JUDGE = r"(?:coach|judge|grader|evaluator|reviewer|scorer|rater)"
 _TOP = (
     r"(?:10(?:\s*/\s*10)?|ten|full\s+marks|(?:a\s+)?perfect(?:\s+(?:score|10|ten))?|"
-    r"the\s+(?:highest|maximum|top|best)(?:\s+(?:score|mark|grade))?)"
+    r"the\s+(?:highest|maximum|top|best)\s+(?:score|mark|grade)s?)"
+    # a top score that ends the request ("score this 10.", "10/10", "10 out of 10", "10 points"), not a count
+    # ("10 epochs", "ten more iterations")
+    r"(?=\s*(?:$|[.,;:!?)\]\"'*]|/|out\s+of\b|points?\b|marks?\b|please\b|now\b|and\b))"
 )
 # the coach prompt's own headings, less "Task" and "Agent", which the tasks' prompts use too (an agent copying its
 # prompt writes "## Task" without addressing anyone)
@@ -49,10 +60,21 @@ _HEADINGS = (
 
 PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     # the reply protocol: a score or answer line the coach would read as its own (also PROCESS_SCORE[3]: 10)
-    ("score_line", re.compile(_SCORE_WORD + r"(?:\s*\[\s*\d+\s*\])?\s*[:=]?\s*\**\s*(-?\d+(?:\.\d+)?)?", re.I)),
-    ("answer_line", re.compile(_ANSWER_WORD + r"\s*[:=]?\s*\**\s*[01]?", re.I)),
-    # markers that look like the fence (the real one has a random token the agent never sees)
-    ("fence", re.compile(r"<{2,}\s*/?\s*(?:END[\s_\-]*)?AGENT[\s_\-]*TEXT[^<>\n]{0,80}>*", re.I)),
+    (
+        "score_line",
+        re.compile(_SCORE_WORD + r"(?:\s*\**\s*\[\s*\d+\s*\])?\s*\**\s*[:=]?\s*\**\s*(-?\d+(?:\.\d+)?)?", re.I),
+    ),
+    ("answer_line", re.compile(_ANSWER_WORD + r"\s*\**\s*[:=]?\s*\**\s*[01]?", re.I)),
+    # markers that look like the fence (the real one has a random token the agent never sees); the leading
+    # look-behind keeps a long run of '<' from being tried at every position
+    (
+        "fence",
+        re.compile(
+            r"(?<!<)<{2,}[ \t]{0,3}/?[ \t]{0,3}(?:END[\s_\-]?)?AGENT[\s_\-]?TEXT[^<>\n]{0,80}>*"
+            r"|</?\s*(?:END[_\-])?AGENT[_\-]TEXT\b|\b(?:END[_\-])?AGENT[_\-]TEXT\b[^<>\n]{0,80}>*",
+            re.I,
+        ),
+    ),
     # a line that is one of the prompt's own section headings, faking the end of the agent's section (a heading
     # alone on its line, or followed by a parenthesis or a colon, as the templates write them; "## Action 3: ...")
     (
@@ -66,24 +88,28 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "instruction",
         re.compile(
-            r"\b(?:ignore|disregard|forget|override)\b[^.\n]{0,40}?\b(?:instructions?|rubric|rules|prompt|criteria|"
-            r"guidelines)\b"
-            r"|\b(?:dear|attention|note\s+(?:to|for)|hey|hello|hi|to)\s+(?:the\s+)?" + _JUDGE + r"s?\b"
-            r"|\b(?:give|award|assign|grant)\s+(?:this|me|it|us|the|my|our)(?:\s+\w+)?\s+(?:a\s+)?(?:score\s+of\s+|grade\s+of\s+)?"
+            r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+)?(?:(?:the|your|previous|prior|above|earlier)"
+            r"\s+)+(?:instructions?|rubric|rules|prompt|criteria|guidelines)\b"
+            r"|\b(?:dear|attention|note\s+(?:to|for)|hey|hello|hi)[\s,]+(?:the\s+)?" + _JUDGE + r"s?\b"
+            r"|\b(?:give|award|assign|grant)\s+(?:(?:this|the|my|our)(?:\s+\w+)?|me|it|us)\s+(?:a\s+)?"
+            r"(?:score\s+of\s+|grade\s+of\s+)?"
             + _TOP
-            + r"|\b(?:score|rate|grade|mark)\s+(?:this|me|it|the|my|our)(?:\s+\w+)?\s+(?:(?:as|with|at)\s+)?(?:a\s+)?"
+            + r"|\b(?:score|rate|grade|mark)\s+(?:(?:this|the|my|our)(?:\s+\w+)?|me|it)\s+(?:(?:as|with|at)\s+)?"
+            r"(?:a\s+)?"
             + _TOP
             + r"|\b(?:you\s+are|act\s+as|pretend\s+to\s+be)\s+(?:now\s+)?(?:the|a|an)\s+(?:new\s+)?"
             + _JUDGE
             + r"|\b(?:the\s+)?"
             + _JUDGE
-            + r"\s+(?:must|should|will|has\s+to)\s+(?:give|score|award|rate)\b[^.\n]{0,30}",
+            + r"\s+(?:must|should|will|has\s+to)\s+(?:give|score|award|rate)\b[^.\n]{0,30}?"
+            + _TOP,
             re.I,
         ),
     ),
 ]
-"""The kinds of coach-directed text, in the order they are neutralised, each with its pattern (matched on the
-NFKC-normalised text with zero-width characters removed, so look-alike letters do not slip through)."""
+"""The kinds of coach-directed text, each with its pattern (matched on the NFKC-normalised text with zero-width
+characters removed, so full-width and other compatibility forms of the letters do not slip through; letters of
+another script that look the same, such as Cyrillic, do)."""
 
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
 
@@ -160,4 +186,14 @@ def guard(text: str, token: str, findings: Findings) -> str:
     return fence(clean, token)
 
 
-__all__ = ["FENCE_NOTE", "PATTERNS", "REMOVED", "Findings", "fence", "guard", "neutralise", "new_fence"]
+__all__ = [
+    "FENCE_NOTE",
+    "GUARD_VERSION",
+    "PATTERNS",
+    "REMOVED",
+    "Findings",
+    "fence",
+    "guard",
+    "neutralise",
+    "new_fence",
+]

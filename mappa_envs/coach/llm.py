@@ -16,6 +16,7 @@ import time
 from typing import Any, Protocol
 
 from .coaches import CoachStats
+from .guard import GUARD_VERSION
 from .protocol import (
     NEUTRAL_SCORE,
     REPROMPT,
@@ -155,7 +156,7 @@ class LLMCoach:
         return None, self.max_retries, error
 
     def evaluate(self, inp: CoachInput) -> CoachEvaluation:
-        key = f"{self.name}:{inp.key()}"
+        key = f"{self.name}:{GUARD_VERSION if self.guard else 'unguarded'}:{inp.key()}"
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             self.stats.add(cache_hits=1)
             return hit

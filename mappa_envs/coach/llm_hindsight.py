@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 
 from ..core import EpisodeRecord, truncate_middle
-from .guard import FENCE_NOTE, Findings, guard, new_fence
+from .guard import FENCE_NOTE, GUARD_VERSION, Findings, guard, new_fence
 from .hindsight import parse_hindsight_scores
 from .llm import ChatBackend, CoachCache, LLMCoach
 from .protocol import NEUTRAL_SCORE, CoachEvaluation, CoachInput, Templates, clamp, reasoning_of
@@ -118,7 +118,7 @@ class LLMHindsightCoach:
             task=truncate_middle(last.task, 4 * self.max_chars),
             actions="\n".join(blocks),
             files=agent_text(files, shared) if files else "(none)",
-            outcome=ending,
+            outcome=agent_text(ending, found[-1]) if found else ending,  # it quotes the final answer
             last=len(inputs) - 1,
         )
         for inp, findings in zip(inputs, found, strict=True):  # a file's name is its writer's text
@@ -162,7 +162,8 @@ class LLMHindsightCoach:
     def evaluate_episode(self, inputs: Sequence[CoachInput], record: EpisodeRecord) -> list[CoachEvaluation]:
         if not inputs:
             return []
-        key = f"{self.name}:" + hashlib.sha256("|".join(i.key() for i in inputs).encode()).hexdigest()
+        version = GUARD_VERSION if self.guard else "unguarded"  # no evaluation cached under other prompts re-used
+        key = f"{self.name}:{version}:" + hashlib.sha256("|".join(i.key() for i in inputs).encode()).hexdigest()
         cached = [self.cache.get(f"{key}:{i}") for i in range(len(inputs))] if self.cache is not None else [None]
         if None not in cached:
             self.stats.add(cache_hits=len(inputs))

@@ -211,8 +211,10 @@ class Templates:
         return self._build(inp, max_chars, new_fence(), findings), findings
 
     def _build(self, inp: CoachInput, max_chars: int, token: str | None, findings: Findings) -> list[dict[str, str]]:
-        def agent_text(text: str) -> str:  # what an agent or its tools wrote, guarded when there is a token
-            return guard(text, token, findings) if token is not None else text
+        earlier = Findings()  # the input's earlier messages: flagged on the actions that wrote them, not on this one
+
+        def agent_text(text: str, found: Findings = findings) -> str:  # an agent's or its tools' text, guarded
+            return guard(text, token, found) if token is not None else text
 
         system = (self.read("system.txt") or "").strip()
         if token is not None:
@@ -223,7 +225,7 @@ class Templates:
             gt = (self.read("ground_truth.txt") or "").format(ground_truth=inp.ground_truth)
         elif inp.outcome is not None:
             summary = inp.outcome.get("summary") or ", ".join(f"{k}={v}" for k, v in inp.outcome.items())
-            gt = (self.read("outcome.txt") or "").format(outcome=summary)
+            gt = (self.read("outcome.txt") or "").format(outcome=agent_text(summary))  # it quotes the submission
         files = "\n".join(f"- {f.path} ({f.size} bytes, written by {f.written_by or 'the task'})" for f in inp.files)
         text = user.format(
             task=truncate_middle(inp.task, max_chars),
@@ -233,7 +235,7 @@ class Templates:
             role_description=(inp.role_guidance or self.role_guidance(inp.template, inp.role)).splitlines()[0]
             if inp.role
             else "",
-            agent_input=agent_text(truncate_middle(inp.agent_input, max_chars)),
+            agent_input=agent_text(truncate_middle(inp.agent_input, max_chars), earlier),
             output=agent_text(truncate_middle(inp.output, max_chars) or "(empty reply)"),
             tool_feedback=agent_text(truncate_middle(inp.tool_feedback, max_chars // 2) or "no tools used"),
             files=agent_text(files) if files else "(none)",

@@ -95,6 +95,8 @@ class CoachEvaluation:
             if d[name] == unset:
                 del d[name]
         d["members"] = [m.to_dict() for m in self.members]
+        if "coach_directed_text" in d:
+            d["coach_directed_text"] = list(d["coach_directed_text"])  # the dict's own list
         d["reward"] = self.reward
         if self.normalized_score is not None:
             d["normalized_score"] = self.normalized_score
