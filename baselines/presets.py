@@ -35,27 +35,6 @@ PRESETS: dict[str, TrainConfig] = {
         lr_schedule="constant",
         out_dir="runs/smoke",
     ),
-    # The smoke run with the method's coach, an LLM: the trainer serves the bundled SmolLM2-135M itself
-    # (`--coach vllm:MODEL`, baselines.coach_engine) and every action is scored through it, beside the rollout.
-    # The 135M coach echoes its prompt and writes no score (each such action is a counted fallback, left out of
-    # the loss, so in practice no role steps): the serving, the calls and the masking are the point. The paper's
-    # setting serves an instruct model instead (docs/coach.md).
-    "smoke-llm-coach": TrainConfig(
-        model="tiny-random",
-        coach="vllm:smollm2-135m",
-        coach_max_new_tokens=48,
-        iterations=2,
-        prompts_per_iteration=2,
-        samples_per_prompt=2,
-        max_new_tokens=32,
-        max_prompt_tokens=768,
-        pack_tokens=512,
-        lr=1e-4,
-        concurrency=4,
-        truncated="keep",
-        lr_schedule="constant",
-        out_dir="runs/smoke-llm-coach",
-    ),
     # The demo of the protocol `mappa-bench-v1` (the README's main job until mappa-bench-v2; kept as it was so that
     # its published runs reproduce): the bundled SmolLM2-135M per role, REINFORCE++ with the rule hindsight coach
     # (the rule coach's per-action scores, then blame moved by the outcome and every printout checked against the
@@ -97,6 +76,15 @@ PRESETS: dict[str, TrainConfig] = {
         out_dir="runs/demo-v1",
     ),
 }
+
+# The smoke run with the method's coach, an LLM: the trainer serves the bundled SmolLM2-135M itself
+# (`--coach vllm:MODEL`, baselines.coach_engine) and every action is scored through it, beside the rollout.
+# The 135M coach echoes its prompt and writes no score (each such action is a counted fallback, left out of
+# the loss, so in practice no role steps): the serving, the calls and the masking are the point. The paper's
+# setting serves an instruct model instead (docs/coach.md).
+PRESETS["smoke-llm-coach"] = replace(
+    PRESETS["smoke"], coach="vllm:smollm2-135m", coach_max_new_tokens=48, out_dir="runs/smoke-llm-coach"
+)
 
 # The README's main job, on the `mathchat-cpu` track of `mappa-bench-v2` (mappa_envs.tasks.mathchat.arith2): the
 # same team and trainer settings as demo-v1, REINFORCE++ with the rule coach (the rule-based stand-in for the
