@@ -126,15 +126,17 @@ class TrainConfig:
     layers are checkpointed and the prefix's pass is not (its activations, at most half a pack, are kept for the
     step). Full-attention models only (``pack_tokens``)."""
     train_batch: int | None = None
-    """Samples per optimiser step (distributed trainer; None: one step per iteration). A role's batch is split into
-    shuffled mini-batches of this size, one step each, against the log-probs of the policy that generated them."""
+    """Samples per optimiser step (None: one step per iteration). A set of weights' batch is split into shuffled
+    mini-batches of this size, one step each, against the log-probs of the policy before the first step (a policy
+    pass gives them)."""
 
     rollout_logprobs: bool = True
-    """Distributed trainer: take the sampled tokens' log-probs from the vLLM engine that sampled them instead of
-    recomputing them in a forward pass. Where a role takes one optimiser step on its samples (``train_batch``
-    None), the engine's log-probs (at the sampling temperature) are the ratio's old log-probs; the step's ratio
-    then uses its own forward pass, detached. The engine's and the trainer's numerics differ slightly: their mean
-    absolute gap per token is logged per role as ``rollout_logp_gap``. False: the trainer's own pass (as before)."""
+    """Take the sampled tokens' log-probs from the vLLM engine that sampled them instead of recomputing them in a
+    forward pass (the distributed trainer's engines record them; the single-process trainer's policies do not).
+    Where a set of weights takes one optimiser step on its samples (``train_batch`` None), the engine's log-probs
+    (at the sampling temperature) are the policy's for the KL term; the step's ratio then uses its own forward pass,
+    detached. The engine's and the trainer's numerics differ slightly: their mean absolute gap per token is logged
+    per role as ``rollout_logp_gap``. False: the trainer's own pass."""
 
     rollout_is_cap: float = 0.0
     """Truncated importance sampling of the rollout's numerics: each token's loss weighted by ``min(pi_trainer /

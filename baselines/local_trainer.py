@@ -25,15 +25,15 @@ from typing import Any
 
 import torch
 
-from .advantages import RoleBatch, advantages_by_role
 from .config import TrainConfig
+from .learner import Done, LogProbs, StepStats
 from .loop import TrainerBase
 from .losses import ppo_clip_loss
 from .policies import GenerationConfig, TransformersPolicy
 from .role_weights import role_models, weight_groups
 from .samples import Sample, TokenBatch, autocast, token_logprobs, tokenize_samples
 
-__all__ = ["LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss", "scatter_responses"]
+__all__ = ["LocalLearner", "LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss", "scatter_responses"]
 
 
 class RoleLearner:
@@ -69,28 +69,35 @@ class RoleLearner:
         ]
 
     @torch.no_grad()
-    def logprobs(self, batches: list[TokenBatch]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Per sample: its response tokens' log-probs under the policy and under the reference (zeros when there is
-        no KL term: they are not needed then)."""
+    def logprobs(
+        self, batches: list[TokenBatch], *, policy: bool = True, reference: bool = True
+    ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+        """Per sample: its response tokens' log-probs under the policy and under the reference, at the sampling
+        temperature; None in place of a pass not asked for."""
         cfg = self.cfg
-        logp: list[torch.Tensor] = []
-        ref: list[torch.Tensor] = []
+        logp: list[torch.Tensor | None] = []
+        ref: list[torch.Tensor | None] = []
         self.model.eval()
         for b in batches:
             mask = b.response_mask.bool()
-            if cfg.beta_kl:
-                with autocast(cfg.resolved_autocast(), "cpu"):
-                    lp = token_logprobs(self.model, b, cfg.temperature)
-                    rf = token_logprobs(self.ref, b, cfg.temperature)
-            else:
-                lp = rf = torch.zeros(mask.shape)
-            logp += [lp[i][mask[i]] for i in range(len(mask))]
-            ref += [rf[i][mask[i]] for i in range(len(mask))]
+            rows = range(len(mask))
+            with autocast(cfg.resolved_autocast(), "cpu"):
+                lp = token_logprobs(self.model, b, cfg.temperature) if policy else None
+                rf = token_logprobs(self.ref, b, cfg.temperature) if reference else None
+            logp += [lp[i][mask[i]] if lp is not None else None for i in rows]
+            ref += [rf[i][mask[i]] if rf is not None else None for i in rows]
         return logp, ref
 
-    def step(self, batches: list[TokenBatch], advantages: list[torch.Tensor], lr: float) -> dict[str, float]:
-        """One optimiser step: the PPO-clipped loss, averaged over the role's response tokens, against the policy
-        that generated the samples (the current weights: ratio 1 in this single pass)."""
+    def step(
+        self,
+        batches: list[TokenBatch],
+        advantages: list[torch.Tensor],
+        lr: float,
+        old_logp: list[torch.Tensor] | None = None,
+    ) -> dict[str, float]:
+        """One optimiser step: the PPO-clipped loss, averaged over the batches' response tokens. ``old_logp`` (per
+        sample): the ratio's old log-probs; None: the step's own forward, detached (ratio 1: the only step on
+        samples these weights generated)."""
         cfg = self.cfg
         t0 = time.perf_counter()
         for group in self.optimizer.param_groups:
@@ -103,30 +110,72 @@ class RoleLearner:
         for b in batches:
             with autocast(cfg.resolved_autocast(), "cpu"):
                 logp = token_logprobs(self.model, b, cfg.temperature)
-            adv = scatter_responses(advantages[row : row + len(b.input_ids)], b.response_mask)
+            rows = slice(row, row + len(b.input_ids))
+            adv = scatter_responses(advantages[rows], b.response_mask)
+            old = logp.detach() if old_logp is None else scatter_responses(old_logp[rows], b.response_mask)
             row += len(b.input_ids)
-            loss, info = ppo_clip_loss(logp, logp.detach(), adv, b.response_mask, cfg.clip_eps)
+            loss, info = ppo_clip_loss(logp, old, adv, b.response_mask, cfg.clip_eps)
             weight = float(b.response_mask.sum()) / max(total, 1.0)
             (loss * weight).backward()
             stats["loss"] += float(loss.detach()) * weight
             stats["clip_frac"] += info["clip_frac"] * weight
+        t_backward = time.perf_counter()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.model.eval()
-        elapsed = time.perf_counter() - t0
-        stats.update(grad_norm=float(grad_norm), lr=lr, train_tok_s=total / elapsed if elapsed else 0.0)
+        end = time.perf_counter()
+        stats.update(
+            grad_norm=float(grad_norm),
+            lr=lr,
+            tokens=total,
+            seconds=end - t0,
+            forward_backward_s=t_backward - t0,
+            optimizer_s=end - t_backward,
+            train_tok_s=total / (end - t0) if end > t0 else 0.0,
+        )
         return stats
 
-    def update(self, samples: list[Sample], lr: float | None = None) -> dict[str, float]:
-        """One role on its own: log-probs, advantages over its batch, one step (``lr``: default ``cfg.lr``)."""
-        cfg = self.cfg
-        batches = self.batches(samples)
-        logp, ref = self.logprobs(batches)
-        batch = RoleBatch(
-            [s.reward for s in samples], [s.outcome for s in samples], [s.group_id for s in samples], logp, ref
-        )
-        adv = advantages_by_role(cfg.estimator, {"role": batch}, beta=cfg.beta_kl)["role"]
-        return self.step(batches, adv, cfg.lr if lr is None else lr)
+
+class LocalLearner:
+    """The :class:`~baselines.learner.Learner` of one set of weights in this process: a :class:`RoleLearner`'s
+    passes and steps, which have finished when they return."""
+
+    def __init__(self, name: str, inner: RoleLearner):
+        self.name, self.inner = name, inner
+
+    def logprobs(self, samples: list[Sample], *, policy: bool, reference: bool) -> Done[LogProbs]:
+        return Done(LogProbs(*self.inner.logprobs(self.inner.batches(samples), policy=policy, reference=reference)))
+
+    def step(
+        self,
+        samples: list[Sample],
+        advantages: list[torch.Tensor],
+        lr: float,
+        *,
+        old_logp: list[torch.Tensor] | None = None,
+        behaviour_logp: list[torch.Tensor] | None = None,
+    ) -> Done[StepStats]:
+        """One step (``behaviour_logp`` is not used: this process's policies record no log-probs at sampling)."""
+        s = self.inner.step(self.inner.batches(samples), advantages, lr, old_logp)
+        fields = ("loss", "clip_frac", "grad_norm", "lr", "seconds", "forward_backward_s", "optimizer_s")
+        return Done(StepStats(**{k: s[k] for k in fields}, rank_tokens=[int(s["tokens"])]))
+
+    def sync(self) -> None:
+        return None  # the policies generate with this learner's own modules
+
+    def save(self, path: Path) -> None:
+        optimizer = self.inner.optimizer.state_dict() if self.inner.optimizer is not None else None
+        torch.save({"model": self.inner.model.state_dict(), "optimizer": optimizer}, path / f"{self.name}.pt")
+
+    def load(self, path: Path) -> None:
+        state = torch.load(path / f"{self.name}.pt", weights_only=True)
+        self.inner.model.load_state_dict(state["model"])
+        if self.inner.optimizer is not None:
+            self.inner.optimizer.load_state_dict(state["optimizer"])
+
+    def export(self, path: Path) -> None:
+        self.inner.model.save_pretrained(path)
+        self.inner.tokenizer.save_pretrained(path)
 
 
 def scatter_responses(rows: list[torch.Tensor], response_mask: torch.Tensor) -> torch.Tensor:
@@ -149,11 +198,6 @@ class LocalTrainer(TrainerBase):
         from .models import resolve_model
 
         super().__init__(cfg)
-        if cfg.train_batch:
-            raise ValueError(
-                "train_batch (several optimiser steps per iteration) is a Ray-trainer option; the local "
-                "trainer takes one step per role and iteration"
-            )
         torch.manual_seed(cfg.seed)
         path = resolve_model(cfg.model)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -174,6 +218,8 @@ class LocalTrainer(TrainerBase):
                 self.learners[role] = RoleLearner(view, self.tokenizer, cfg, reference=view.reference())
         for owner, roles in self.groups.items():
             self.learners.update({r: self.learners[owner] for r in roles})
+        learner = {role: LocalLearner(role, self.learners[role]) for role in self.roles if self.owner[role] == role}
+        self.learner_of = {role: learner[self.owner[role]] for role in self.roles}
         gen = GenerationConfig(
             max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, max_prompt_tokens=cfg.max_prompt_tokens
         )
@@ -196,63 +242,3 @@ class LocalTrainer(TrainerBase):
             role: TransformersPolicy.from_model(lr.model, lr.tokenizer, gen, seed=self.cfg.seed)
             for role, lr in self.learners.items()
         }
-
-    def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
-        cfg = self.cfg
-        batches = {role: self.learners[role].batches(ss) for role, ss in by_role.items() if ss}
-        inputs: dict[str, RoleBatch] = {}
-        for role, bs in batches.items():
-            logp, ref = self.learners[role].logprobs(bs)
-            ss = by_role[role]
-            inputs[role] = RoleBatch(
-                [s.reward for s in ss], [s.outcome for s in ss], [s.group_id for s in ss], logp, ref
-            )
-        advantages = advantages_by_role(cfg.estimator, inputs, scope=cfg.advantage_scope, beta=cfg.beta_kl)
-        out: dict[str, dict[str, Any]] = {}
-        for role, ss in by_role.items():
-            if not ss:
-                out[role] = {"skipped": 1, "samples": 0, "tokens": 0}
-                continue
-            adv, inp = advantages[role], inputs[role]
-            tokens = sum(len(a) for a in adv)
-            out[role] = {
-                "samples": len(ss),
-                "tokens": tokens,
-                "kl": float(sum((a - b).sum() for a, b in zip(inp.logp, inp.ref_logp, strict=True))) / max(tokens, 1),
-                "adv_abs_mean": float(sum(a.abs().sum() for a in adv)) / max(tokens, 1),
-                # stored episodes of another run: this trainer's ratio is its own pass's (1), never corrected
-                **({"off_policy_uncorrected": len(ss)} if cfg.rollouts_from else {}),
-            }
-        # one step per set of weights, on the samples of every role that trains them (each role's advantages
-        # normalised over its own samples above)
-        for owner, roles in self.groups.items():
-            live = [r for r in roles if r in batches]
-            adv = [a for r in live for a in advantages[r]]
-            if not live:
-                continue
-            if max(float(a.abs().max()) for a in adv) < 1e-8:
-                # every advantage is 0 (equal rewards, no KL): the gradient is exactly 0, and an Adam step on it
-                # would still move the weights by its momentum: skip the step
-                out.update({r: {"skipped": 1, "loss": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, **out[r]} for r in live})
-                continue
-            step = self.learners[owner].step([b for r in live for b in batches[r]], adv, cfg.lr_at(self.iteration))
-            out.update({r: {"skipped": 0, **step, **out[r]} for r in live})
-        return out
-
-    def save_state(self, path: Path) -> None:
-        # the policies generate with the learners' own modules: nothing to sync, the state is the learners'
-        for role, learner in self.learners.items():
-            optimizer = learner.optimizer.state_dict() if learner.optimizer is not None else None
-            torch.save({"model": learner.model.state_dict(), "optimizer": optimizer}, path / f"{role}.pt")
-
-    def export_models(self, path: Path) -> None:
-        for role, learner in self.learners.items():
-            learner.model.save_pretrained(path / role)
-            learner.tokenizer.save_pretrained(path / role)
-
-    def load_state(self, path: Path) -> None:
-        for role, learner in self.learners.items():
-            state = torch.load(path / f"{role}.pt", weights_only=True)
-            learner.model.load_state_dict(state["model"])
-            if learner.optimizer is not None:
-                learner.optimizer.load_state_dict(state["optimizer"])

@@ -202,6 +202,68 @@ print(json.dumps({"synced_gap": float((after - ref).abs().max()), "moved": float
 """
 
 
+def test_the_local_and_the_ray_learner_take_the_same_first_update(tmp_path):
+    """The update is written once (baselines/loop.py) and the trainers differ only in their learner: on the same
+    samples from the same weights, the single-process learner (torch, in this process) and the Ray learner (a
+    DeepSpeed ZeRO-3 rank; its vLLM engine) report the same figures for the first update, and their weights after it
+    give the samples the same log-probs, within float32 tolerance of how far the step moved them. Two roles share
+    one set of weights (``share_model``): the owner grouping is exercised too."""
+    from baselines.config import TrainConfig
+    from baselines.local_trainer import LocalTrainer
+    from baselines.ray_trainer import RayTrainer
+    from baselines.samples import samples_from_episodes
+
+    common = dict(
+        model="tiny-random",
+        prompts_per_iteration=2,
+        samples_per_prompt=2,
+        max_new_tokens=12,
+        lr=1e-3,
+        beta_kl=0.0,
+        coach=COACH,
+        truncated="keep",
+        share_model=True,
+        autocast="off",
+        engine_dtype="float32",
+        pack_tokens=0,
+        progress=False,
+    )
+    local = LocalTrainer(TrainConfig(**common, trainer="local", out_dir=str(tmp_path / "local")))
+    remote = RayTrainer(TrainConfig(**common, trainer="ray", out_dir=str(tmp_path / "ray")))
+    try:
+        records, _ = local.rollout(0)
+        by_role, _ = local._trainable(samples_from_episodes(records))
+        by_role = {r: ss for r, ss in by_role.items() if ss}
+        assert len(by_role) >= 2 and sum(map(len, by_role.values())) >= 8
+        roles = list(by_role)
+
+        def policy_logp(trainer) -> torch.Tensor:
+            got = [trainer.learner_of[r].logprobs(by_role[r], policy=True, reference=False).result() for r in roles]
+            return torch.cat([x for g in got for x in g.policy])
+
+        start = policy_logp(local)
+        assert (policy_logp(remote) - start).abs().max() < 1e-4  # the same weights to begin with
+        a, b = local.update(by_role), remote.update(by_role)
+        for role in roles:
+            assert a[role]["skipped"] == b[role]["skipped"] == 0, (a[role], b[role])
+            assert (a[role]["samples"], a[role]["tokens"]) == (b[role]["samples"], b[role]["tokens"])
+            assert (
+                (a[role]["policy_pass"], a[role]["reference_pass"])
+                == (b[role]["policy_pass"], b[role]["reference_pass"])
+                == (1, 0)
+            )
+            for key in ("loss", "adv_abs_mean", "grad_norm", "lr"):
+                assert a[role][key] == pytest.approx(b[role][key], rel=1e-4, abs=1e-6), (role, key, a[role], b[role])
+            assert a[role]["kl"] == b[role]["kl"] == 0.0  # no step yet: the reference is the policy
+        assert a[roles[0]]["loss"] == a[roles[1]]["loss"]  # one step on both roles' samples
+        moved = (policy_logp(local) - start).abs().max()
+        gap = (policy_logp(remote) - policy_logp(local)).abs().max()
+        assert moved > 1e-3 and gap < 0.02 * moved, (float(moved), float(gap))
+    finally:
+        local.close()
+        remote.close()
+
+
 def test_a_bf16_engine_serves_the_synced_weights():
     """A bfloat16 engine (the default where the CPU computes bfloat16) given float32 weights changed by noise, sent
     as the trainer sends them (rounded to bfloat16): its log-probs of a probe are those of a float32 model with the

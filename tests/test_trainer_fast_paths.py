@@ -231,10 +231,9 @@ def test_a_resumed_run_knows_which_roles_stepped(tmp_path):
 
     def trainer(stepped: set[str]) -> RayTrainer:
         t = RayTrainer.__new__(RayTrainer)  # no Ray, no engines: only the bookkeeping
-        worker = SimpleNamespace(save=SimpleNamespace(remote=lambda path: None), load=SimpleNamespace(remote=str))
-        t._ray = SimpleNamespace(get=lambda refs: refs)
-        t.roles, t.workers = ["coder", "verifier"], {"coder": [worker], "verifier": [worker]}
-        t._stepped, t._stale, t.owner = set(stepped), set(), {"coder": "coder", "verifier": "verifier"}
+        t.roles = ["coder", "verifier"]
+        t.learner_of = {r: SimpleNamespace(name=r, save=lambda path: None, load=lambda path: None) for r in t.roles}
+        t._stepped = set(stepped)
         return t
 
     trainer({"verifier"}).save_state(tmp_path)
