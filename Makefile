@@ -41,9 +41,11 @@ test: setup sandbox
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
 
+# mypy checks the files listed under [tool.mypy] in pyproject.toml (the env core, the trainers, the sandbox interface).
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: setup
 	$(BIN)/ruff format .

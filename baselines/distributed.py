@@ -391,7 +391,7 @@ class RoleWorker:
     def export(self, path: str) -> None:
         """Collective: rank 0 writes the gathered model as a transformers folder (config, weights, tokenizer)."""
         state = self.full_state()
-        if self.rank != 0:
+        if self.rank != 0 or state is None:
             return
         from transformers import AutoModelForCausalLM
 

@@ -30,6 +30,7 @@ valid DSBench submission).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -146,6 +147,7 @@ def summarize(suite: str, records: Sequence[EpisodeRecord], k: int) -> dict[str,
         q, qlo, qhi = _mean_ci([r.quality or 0.0 for r in records])
         tasks: dict[str, dict[str, Any]] = {}
         for r in records:
+            assert r.outcome is not None  # a finished episode's
             t = tasks.setdefault(
                 r.task_id,
                 {"metric": r.outcome.get("metric"), "type": r.outcome.get("task_type"), "values": [], "quality": []},
@@ -275,7 +277,7 @@ def evaluate(
         probe.close()
         t0 = time.perf_counter()
         records = run_episodes(
-            lambda env_id=env_id, kwargs=kwargs: mappa_envs.make(env_id, **kwargs),
+            functools.partial(mappa_envs.make, env_id, **kwargs),
             policies,
             n_tasks * cfg.k,
             seed=cfg.seed,

@@ -40,7 +40,7 @@ def option(
     value: :func:`baselines.store.check_resumable`). Ruff's RUF009 does not know it for a field specifier: a field of
     a mutable type (a ``dict``) says ``# noqa: RUF009``."""
     given = {"flag": flag, "negative": negative, "metavar": metavar, "help": help}
-    metadata = {k: v for k, v in given.items() if v is not None}
+    metadata: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if resume_may_change:
         metadata["resume_may_change"] = True
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)

@@ -60,7 +60,7 @@ def actor_groups(roles: list[str], weights: dict[str, WeightSpec]) -> tuple[dict
     """
     owner = owners(weights)
     lora = {r: s.rank or DEFAULT_RANK for r, s in weights.items() if s.kind == "lora"}
-    first = next(iter(lora), None)
+    first = next(iter(lora), "")  # no LoRA role: the default is never used
     return {r: first if owner[r] in lora else owner[r] for r in roles}, lora
 
 

@@ -99,6 +99,8 @@ class RoleLearner:
         sample): the ratio's old log-probs; None: the step's own forward, detached (ratio 1: the only step on
         samples these weights generated)."""
         cfg = self.cfg
+        if self.optimizer is None:
+            raise ValueError("a frozen role takes no optimiser step")
         t0 = time.perf_counter()
         for group in self.optimizer.param_groups:
             group["lr"] = lr

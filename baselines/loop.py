@@ -155,7 +155,8 @@ class TrainerBase(ABC):
         if self.kind and cfg.trainer != self.kind:
             # the class was chosen directly (``LocalTrainer(cfg)``): its checks (the memory estimate differs by
             # trainer) and the saved config.json must describe the trainer that runs, not the field's default
-            cfg = dataclasses.replace(cfg, trainer=self.kind)
+            # (a subclass's kind is one of the field's values)
+            cfg = dataclasses.replace(cfg, trainer=self.kind)  # type: ignore[arg-type]
         self.cfg = cfg
         probe = mappa_envs.make(cfg.env_id, **cfg.env_kwargs)
         self.roles = [r.name for r in probe.unwrapped.roles]
@@ -261,13 +262,19 @@ class TrainerBase(ABC):
                 seed=cfg.seed + 10_000 * iteration,
                 concurrency=cfg.concurrency,
                 reset_options=lambda i: {"task_index": int(tasks[i // k])},
-                on_episode=lambda i, rec: (self.store.append(iteration, i, rec), bar and bar.update(1)),
+                on_episode=lambda i, rec: self._stored(iteration, i, rec, bar),
                 timings=self.rollout_timings,
             )
             stored.update(zip(todo, new, strict=True))
         if bar:
             bar.close()
         return [stored[i] for i in range(n)], n - len(todo)
+
+    def _stored(self, iteration: int, i: int, record: EpisodeRecord, bar: Any) -> None:
+        """A finished episode on disk (and on the progress bar)."""
+        self.store.append(iteration, i, record)
+        if bar is not None:
+            bar.update(1)
 
     # ----------------------------------------------------------------- evaluation
     def evaluate(
@@ -304,7 +311,7 @@ class TrainerBase(ABC):
         for role, samples in given.items():
             lps = [engine_logprobs(s, cfg.max_new_tokens) for s in samples]
             if cfg.rollout_logprobs and None not in lps and (n_steps[self.owner[role]] == 1 or cfg.rollouts_from):
-                engine[role] = lps  # type: ignore[assignment]  # None is not among them
+                engine[role] = [x for x in lps if x is not None]  # all of them
         passes = {
             role: Passes(
                 policy=role not in engine or bool(cfg.rollouts_from), reference=self.owner[role] in self._stepped
@@ -339,9 +346,14 @@ class TrainerBase(ABC):
             learner = self.learner_of[owner]
             steps: list[Pending[Any]] = []
             for idx in mini_batches(len(samples), cfg.train_batch, cfg.seed):
-                pick = lambda xs, idx=idx: None if xs is None else [xs[i] for i in idx]  # noqa: E731
                 steps.append(
-                    learner.step(pick(samples), pick(adv), lr, old_logp=pick(old), behaviour_logp=pick(behaviour))
+                    learner.step(
+                        [samples[i] for i in idx],
+                        [adv[i] for i in idx],
+                        lr,
+                        old_logp=None if old is None else [old[i] for i in idx],
+                        behaviour_logp=None if behaviour is None else [behaviour[i] for i in idx],
+                    )
                 )
             self._stepped.add(owner)
             if not self.parallel_updates:  # this set of weights' peak memory passes before the next one's step
@@ -379,7 +391,7 @@ class TrainerBase(ABC):
             s = stats[role]
             s.logprob_s, s.policy_pass, s.reference_pass = time.perf_counter() - t0, *dataclasses.astuple(passes[role])
             rewards, outcomes = [x.reward for x in samples], [x.outcome for x in samples]
-            out[role] = RoleBatch(rewards, outcomes, [x.group_id for x in samples], list(logp), list(ref))  # type: ignore[arg-type]
+            out[role] = RoleBatch(rewards, outcomes, [x.group_id for x in samples], list(logp), list(ref))
         return out
 
     def sync(self) -> float:
@@ -494,7 +506,7 @@ class TrainerBase(ABC):
         """One iteration, top to bottom: roll out, make each role's samples, update, sync, measure."""
         t0 = time.perf_counter()
         gen_before = self.generated_tokens()
-        self.rollout_timings: dict[str, float] = {}
+        self.rollout_timings = {}
         records, reused = self.rollout(iteration)
         gen_time = time.perf_counter() - t0
         generated = self.generated_tokens() - gen_before

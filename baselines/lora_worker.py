@@ -143,14 +143,16 @@ class LoraWorker(RoleWorker):
             raise KeyError(f"no LoRA adapter for role {role!r} on this rank ({sorted(self.adapters)})")
         self.engine, self.ref, self.role = self.adapters[role], self.refs[role], role
 
+    # A LoRA rank serves several roles: each call below names one (RoleHandle adds it), so these signatures add a
+    # ``role`` the single-role RoleWorker's do not have.
     def ready(self, role: str | None = None) -> str:
         return super().ready()
 
-    def logprobs(self, samples: list[Any], n_micro: int, *, policy: bool = True, ref: bool = True, role: str):
+    def logprobs(self, samples: list[Any], n_micro: int, *, policy: bool = True, ref: bool = True, role: str):  # type: ignore[override]
         self._use(role)
         return super().logprobs(samples, n_micro, policy=policy, ref=ref)
 
-    def train_step(self, *args: Any, role: str, **kwargs: Any) -> dict[str, float]:
+    def train_step(self, *args: Any, role: str, **kwargs: Any) -> dict[str, float]:  # type: ignore[override]
         self._use(role)
         return super().train_step(*args, **kwargs)
 
@@ -163,12 +165,12 @@ class LoraWorker(RoleWorker):
         """``role``'s adapter as peft saves it (keys without the adapter's name), on the CPU."""
         return adapter_state(self.shared.peft, role)
 
-    def engine_weights(self, role: str) -> dict[str, Any] | None:
+    def engine_weights(self, role: str) -> dict[str, Any] | None:  # type: ignore[override]
         """What the engine loads for ``role`` (:func:`adapter_payload`); None on ranks other than 0 (the ranks hold
         the same adapter)."""
         return adapter_payload(self.shared.peft, role, self.cfg.resolved_engine_dtype()) if self.rank == 0 else None
 
-    def full_state(self, role: str) -> dict[str, Any] | None:
+    def full_state(self, role: str) -> dict[str, Any] | None:  # type: ignore[override]
         """The base with ``role``'s adapter merged in, by Hugging Face name (rank 0; None elsewhere)."""
         if self.rank != 0:
             return None
@@ -212,7 +214,7 @@ class LoraWorker(RoleWorker):
             a.global_steps = state[role]["steps"]
         _release_freed_memory()
 
-    def export(self, path: str, role: str) -> None:
+    def export(self, path: str, role: str) -> None:  # type: ignore[override]
         """Rank 0 writes ``path``: the merged model (transformers folder with the tokenizer) and ``path/adapter/
         <role>``, the adapter alone in peft's layout."""
         if self.rank != 0:

@@ -71,8 +71,10 @@ def stored_rollout(
         for rec in stored.values():
             for act, new in zip(rec.actions, by_id[rec.episode_id].actions, strict=True):
                 act.info["coach_original"] = act.coach
-                act.coach = new.evaluation("rescored")
-                act.reward = new.evaluation("rescored").reward  # as the reward wrapper gives it
+                evaluation = new.evaluation("rescored")
+                if evaluation is None:
+                    raise ValueError(f"{rescored}: an action of episode {rec.episode_id} has no rescored evaluation")
+                act.coach, act.reward = evaluation, evaluation.reward  # the reward as the reward wrapper gives it
     mine = store.load(iteration)
     for index in sorted(stored):
         if index not in mine:  # a resumed run stored part of this iteration already

@@ -21,7 +21,7 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def port_range() -> tuple[int, int]:
 
 
 def pick_ports(
-    n: int, *, low: int | None = None, high: int | None = None, tries: int = 200, exclude: set[int] = frozenset()
+    n: int, *, low: int | None = None, high: int | None = None, tries: int = 200, exclude: Set[int] = frozenset()
 ) -> list[int]:
     """``n`` distinct ports in ``[low, high)``, none in ``exclude`` (ports given out already), that could be bound
     now on 127.0.0.1 (each is held until all are chosen, so two roles never get the same one)."""

@@ -60,10 +60,24 @@ def run_episodes(
     return [run.results[i] for i in order]
 
 
+def _deferred(policy: Policy, batch: list[Any]) -> Callable[[], Sequence[str]]:
+    """A policy without :class:`SubmitsBatches`: its batch generated when the result is asked for."""
+    return lambda: policy.generate(batch)
+
+
 class _Rollout:
     """The envs in flight of :func:`run_episodes`: which episode each slot plays, the finished records, the clock."""
 
-    def __init__(self, env_fn, policies, order, seed, concurrency, on_episode, reset_options):
+    def __init__(
+        self,
+        env_fn: Callable[[], Any],
+        policies: Policy | Mapping[str, Policy],
+        order: Sequence[int],
+        seed: int,
+        concurrency: int,
+        on_episode: Callable[[int, EpisodeRecord], None] | None,
+        reset_options: Callable[[int], dict[str, Any]] | None,
+    ):
         self.policies, self.seed, self.on_episode, self.reset_options = policies, seed, on_episode, reset_options
         self.clock = {"generate_s": 0.0, "env_s": 0.0, "rounds": 0, "requests": 0}
         self.envs = [env_fn() for _ in range(min(concurrency, len(order)))]
@@ -96,14 +110,14 @@ class _Rollout:
         t_gen = time.perf_counter()
         self.clock["rounds"] += 1
         self.clock["requests"] += len(self.active)
-        pending = {}
+        pending: dict[int, Callable[[], Sequence[str]]] = {}
         for pid, slots in groups.items():
             batch = [self.envs[s].unwrapped.messages(self.envs[s].agent_selection) for s in slots]
             policy = by_id[pid]
             if isinstance(policy, SubmitsBatches):  # an engine: every role's batch starts before any is awaited
                 pending[pid] = policy.submit(batch)
             else:
-                pending[pid] = lambda p=policy, b=batch: p.generate(b)
+                pending[pid] = _deferred(policy, batch)
         for pid, slots in groups.items():
             t = t_gen or time.perf_counter()  # the first group's wait counts the submissions too
             replies = pending[pid]()
@@ -124,7 +138,9 @@ class _Rollout:
         before = len(actions)
         env.step(reply)
         if isinstance(reply, Generation) and len(actions) > before:
-            actions[-1].generation = GenerationInfo(list(reply.token_ids), reply.finish_reason, reply.logprobs)
+            logprobs = list(reply.logprobs) if reply.logprobs is not None else None
+            # a Generation's finish_reason is one of GenerationInfo's FinishReason values ("stop", "length")
+            actions[-1].generation = GenerationInfo(list(reply.token_ids), reply.finish_reason, logprobs)  # type: ignore[arg-type]
         if env.terminations[env.agent_selection] or env.truncations[env.agent_selection]:
             self.finished.append(slot)
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 
@@ -164,7 +165,8 @@ class PipelineEnv(AECEnv, abc.ABC):
         self.action_spaces = {a: text_space(max_action_space_chars) for a in self.possible_agents}
         self._sandbox = make_sandbox(sandbox, **(sandbox_kwargs or {}))
         self._session: Session | None = None
-        self.np_random, self.np_random_seed = None, None
+        self.np_random: np.random.Generator | None = None
+        self.np_random_seed: int | None = None
         self.record: EpisodeRecord | None = None
         self.task: Task | None = None
         self.agents: list[str] = []
@@ -251,10 +253,11 @@ class PipelineEnv(AECEnv, abc.ABC):
         self._cumulative_rewards = {a: 0.0 for a in self.agents}
         self.terminations = {a: False for a in self.agents}
         self.truncations = {a: False for a in self.agents}
-        self.infos = {a: {"role": self._role_of[a].name} for a in self.agents}
+        self.infos: dict[str, dict[str, Any]] = {a: {"role": self._role_of[a].name} for a in self.agents}
         self._turns = {a: 0 for a in self.agents}
         self._skip_agent_selection = None
         self.agent_selection = self.agents[0]
+        assert self.np_random is not None
         episode_id = uuid.UUID(bytes=self.np_random.bytes(16)).hex  # reproducible under a seed
         self.record = EpisodeRecord(
             env_id=self.env_id,
@@ -279,6 +282,7 @@ class PipelineEnv(AECEnv, abc.ABC):
                 if t.id == options["task_id"]:
                     return t
             raise KeyError(f"no task with id {options['task_id']!r}")
+        assert self.np_random is not None  # reset() seeds it first
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     def step(self, action: Any) -> None:
@@ -337,8 +341,8 @@ class PipelineEnv(AECEnv, abc.ABC):
 
     def _finish(self) -> None:
         assert self.record is not None and self.task is not None
-        reward, outcome = self.grade(self.task, self.record)
-        self.record.outcome = outcome = checked_outcome(type(self).__name__, self.outcome_kind, reward, outcome)
+        reward, graded = self.grade(self.task, self.record)
+        self.record.outcome = outcome = checked_outcome(type(self).__name__, self.outcome_kind, reward, graded)
         last_action: dict[str, ActionRecord] = {a.agent: a for a in self.record.actions}
         for a in self.agents:
             self.rewards[a] = float(reward)

@@ -46,7 +46,7 @@ class Generation(str):
 
 @runtime_checkable
 class Policy(Protocol):
-    def generate(self, batch: Sequence[Conversation]) -> list[str]:
+    def generate(self, batch: Sequence[Conversation]) -> Sequence[str]:
         """One reply per conversation, in order."""
         ...
 
@@ -103,7 +103,7 @@ class SerialPolicy:
         self.policy = policy
         self._lock = threading.Lock()
 
-    def generate(self, batch: Sequence[Conversation]) -> list[str]:
+    def generate(self, batch: Sequence[Conversation]) -> Sequence[str]:
         with self._lock:
             return self.policy.generate(batch)
 

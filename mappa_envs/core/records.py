@@ -192,7 +192,7 @@ class Outcome(Mapping[str, Any]):
         figures = {k: v for k, v in d.items() if k not in _OUTCOME_FIELDS}
         success = bool(d["success"] if "success" in d else d.get("correct", False))
         score = next((float(d[k]) for k in ("score", "quality", "correct", "success") if k in d), 0.0)
-        kind = d.get("kind") or ("graded" if "quality" in d else "answer")
+        kind: OutcomeKind = d.get("kind") or ("graded" if "quality" in d else "answer")
         return cls(success=success, score=score, kind=kind, figures=figures)
 
     # the mapping: the figures and the three fields, as written

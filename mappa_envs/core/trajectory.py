@@ -185,7 +185,7 @@ class EpisodeRecord:
         return cls.from_dict(json.loads(line))
 
 
-def checked_outcome(source: str, kind: str, reward: float, outcome: Mapping[str, Any]) -> Outcome:
+def checked_outcome(source: str, kind: OutcomeKind, reward: float, outcome: Mapping[str, Any]) -> Outcome:
     """The outcome a task's ``grade`` returned, checked against the contract and completed with ``score`` (the
     reward) and ``kind``: ``success`` must be there, the reward in [0, 1], and a graded task's ``quality`` in
     [0, 1]. A breach is the task's bug, raised with its name (``source``), never recorded as a default."""
