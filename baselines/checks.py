@@ -212,8 +212,8 @@ def _check_coach(cfg: TrainConfig) -> Check:
 
 def _check_options(cfg: TrainConfig) -> Check:
     problems = choice_problems(cfg)  # every field typed as a Literal: trainer, truncated, zero_stage, dtype...
-    if cfg.trainer == "local" and cfg.train_batch:
-        problems.append("train_batch (several optimiser steps per iteration) is a Ray-trainer option")
+    if cfg.train_batch is not None and cfg.train_batch < 1:
+        problems.append(f"train_batch must be a number of samples (1 or more), not {cfg.train_batch}")
     if cfg.rollout_is_cap < 0:
         problems.append(f"rollout_is_cap must be 0 (off) or positive, not {cfg.rollout_is_cap}")
     if cfg.rollouts_from:

