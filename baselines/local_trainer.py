@@ -30,7 +30,7 @@ from .learner import Done, LogProbs, StepStats
 from .loop import TrainerBase
 from .losses import ppo_clip_loss
 from .policies import GenerationConfig, TransformersPolicy
-from .role_weights import role_models, weight_groups
+from .role_weights import role_models
 from .samples import Sample, TokenBatch, autocast, token_logprobs, tokenize_samples
 
 __all__ = ["LocalLearner", "LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss", "scatter_responses"]
@@ -203,8 +203,7 @@ class LocalTrainer(TrainerBase):
         torch.manual_seed(cfg.seed)
         path = resolve_model(cfg.model)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
-        # one learner (model, reference, optimiser) per set of trained weights; a shared role acts with its owner's
-        self.groups = weight_groups(self.weights)
+        # one learner (model, reference, optimiser) per set of weights; a shared role acts with its owner's
         self.learners: dict[str, RoleLearner] = {}
         own = {r: resolve_model(m) for r, m in role_models(self.weights, cfg.model).items() if m != cfg.model}
         for role in [r for r in self.roles if self.weights[r].kind in ("full", "frozen")]:
@@ -218,8 +217,7 @@ class LocalTrainer(TrainerBase):
             shared = SharedBase(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), lora)
             for role, view in shared.views.items():
                 self.learners[role] = RoleLearner(view, self.tokenizer, cfg, reference=view.reference())
-        for owner, roles in self.groups.items():
-            self.learners.update({r: self.learners[owner] for r in roles})
+        self.learners.update({r: self.learners[self.owner[r]] for r in self.roles})
         learner = {role: LocalLearner(role, self.learners[role]) for role in self.roles if self.owner[role] == role}
         self.learner_of = {role: learner[self.owner[role]] for role in self.roles}
         gen = GenerationConfig(
