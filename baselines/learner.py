@@ -1,6 +1,6 @@
 """What the training loop asks of one set of trained weights: the :class:`Learner` protocol and its typed results.
 
-The update (:meth:`baselines.loop.TrainerBase.update`) is written once, against this protocol: which roles train
+The update (:func:`baselines.update.update`) is written once, against this protocol: which roles train
 which weights, whether the engine's log-probs stand in for a policy pass, the advantages, the optimiser-step
 mini-batches, skipping a step whose advantages are all 0, and the metrics. A learner only runs what it is asked:
 

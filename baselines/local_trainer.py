@@ -7,7 +7,7 @@ For debugging and machines without Ray. It shares the estimators (:mod:`baseline
    per role), the coach scoring every action concurrently;
 2. turn every action into a sample of its role (prompt = the agent's full context at that turn, response = the
    token ids the policy sampled), leaving out coach fallbacks and truncated responses (configurable);
-3. the update, written once for both trainers (:meth:`baselines.loop.TrainerBase.update`), asks each set of
+3. the update, written once for both trainers (:func:`baselines.update.update`), asks each set of
    weights' :class:`LocalLearner` for log-probs under the policy and the frozen reference, at the sampling
    temperature, and for its optimiser steps: the PPO-style clipped loss (epsilon 0.2) in micro-batches with
    gradient accumulation, gradient clipping, an AdamW step (no weight decay, linear warm-up, as the reference).

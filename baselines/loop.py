@@ -1,8 +1,9 @@
 """The training loop shared by both trainers: rollouts into an on-disk trajectory store, samples per role, metrics,
 logging (JSONL, TensorBoard, optional wandb, a progress bar) and checkpoint bookkeeping with resume.
 
-The update is written once, here (:meth:`TrainerBase.update`), against one :class:`~baselines.learner.Learner` per
-set of trained weights; a subclass supplies its learners and the policies that generate
+The update is written once (:func:`baselines.update.update`, which :meth:`TrainerBase.update` calls), against one
+:class:`~baselines.learner.Learner` per set of trained weights; a subclass supplies its learners and the policies
+that generate
 (:class:`baselines.ray_trainer.RayTrainer`: DeepSpeed ranks and a vLLM engine per learner;
 :class:`baselines.local_trainer.LocalTrainer`: torch modules in this process, which also generate).
 
@@ -16,10 +17,9 @@ listed)::
     mappa_envs/core/pipeline.py     PipelineEnv.step             the action and its tool calls
     mappa_envs/coach/wrapper.py     CoachRewardWrapper.step      the action to the coach; its reward back
     mappa_envs/coach/rule_based.py  RuleBasedCoach.evaluate      the score (the default coach, ``cfg.coach``)
-    baselines/store.py              TrajectoryStore.append       each finished episode, on disk
     baselines/samples.py            samples_from_episodes        one sample per action, by role
     baselines/samples.py            select_trainable             coach fallbacks, truncated replies left out
-    baselines/loop.py               TrainerBase.update           roles grouped by weights; which passes; the steps
+    baselines/update.py             update                       roles grouped by weights; which passes; the steps
     baselines/ray_trainer.py        RayLearner.plan              a learner's samples over its ranks
     baselines/ray_trainer.py        RayLearner.logprobs          the passes asked for, on the ranks
     baselines/distributed.py        RoleWorker.logprobs          policy and reference log-probs
@@ -27,7 +27,7 @@ listed)::
     baselines/ray_trainer.py        RayLearner.step              one optimiser step per mini-batch
     baselines/distributed.py        RoleWorker.train_step        a rank's share of the step
     baselines/losses.py             ppo_clip_loss                the loss every learner minimises
-    baselines/loop.py               TrainerBase.sync             every stepped learner to its engine
+    baselines/update.py             sync                         every stepped learner to its engine
     baselines/ray_trainer.py        RayLearner.sync              rank 0's gathered weights to the engine
     baselines/engines.py            VLLMEngine.load_weights      the engine loads them
 
@@ -64,83 +64,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 import mappa_envs
 from mappa_envs.core import EpisodeRecord
 from mappa_envs.metrics import RoleStats, role_stats
 
-from .advantages import RoleBatch, advantages_by_role, estimator_spec, singleton_groups, uses_process_reward
+from .advantages import estimator_spec, singleton_groups, uses_process_reward
 from .checks import check_config, raise_for_failed
 from .cluster import actor_resources
 from .coach_engine import CoachEngine, served_model
 from .config import TrainConfig, config_record, process_reward, run_coach
 from .heldout_eval import evaluate_heldout
-from .learner import Done, Learner, LogProbs, Pending, UpdateStats
+from .learner import Learner
 from .offline import stored_rollout
-from .packing import mini_batches
 from .policies import CountsTokens, Policy
 from .role_weights import effective_role_weights, owners, role_specs
 from .rollout import run_episodes
-from .run_log import MetricsLog
+from .run_log import MetricsLog, episode_outcomes, role_metrics, update_summary
 from .samples import Sample, coach_counts, samples_from_episodes, select_trainable
 from .store import TrajectoryStore, check_resumable
-
-
-def role_metrics(stats: RoleStats, samples: list[Sample]) -> dict[str, float]:
-    """Behaviour of one role over an iteration's episodes (the paper's statistics): its :func:`mappa_envs.metrics.
-    role_stats` entry, as evaluations count them, and its samples' scores."""
-    scores = [float(s.coach.score) for s in samples if s.coach] or [s.reward * 10 for s in samples]
-    return {
-        "mean_coach_score": float(np.mean(scores)) if scores else 0.0,
-        # 0 with several samples: every advantage of the role is 0 (REINFORCE++'s normalisation), it does not learn
-        "coach_score_std": float(np.std(scores)) if scores else 0.0,
-        "mean_reward": float(np.mean([s.reward for s in samples])) if samples else 0.0,
-        "tool_call_rate": stats.tool_call_rate,
-        "tool_success_rate": stats.tool_success_rate,
-        "response_chars": float(np.mean([len(s.response) for s in samples])) if samples else 0.0,
-    }
-
-
-def episode_outcomes(records: list[EpisodeRecord]) -> dict[str, float]:
-    """The iteration's share of successful episodes (``accuracy``) and, for a scored task, its mean quality."""
-    out = {"accuracy": float(np.mean([r.success for r in records])) if records else 0.0}
-    quality = [r.quality for r in records if r.quality is not None]
-    if quality:
-        out["mean_quality"] = float(np.mean(quality))
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Passes:
-    """The forward passes a role's samples need before its step."""
-
-    policy: bool
-    """The policy's log-probs (False: the engine's, from sampling, stand in)."""
-    reference: bool
-    """The reference's (False: the weights have not stepped, the policy's are the reference's)."""
-
-
-def engine_logprobs(s: Sample, max_new_tokens: int) -> torch.Tensor | None:
-    """The engine's log-probs of a sample's response tokens, when they cover exactly the tokens trained on."""
-    lp = s.response_logprobs
-    if lp is None or s.response_ids is None or len(lp) != len(s.response_ids):
-        return None
-    if len(lp) > max_new_tokens + 1:  # tokenize_samples keeps at most max_new_tokens + 1
-        return None
-    return torch.tensor(lp, dtype=torch.float32)
-
-
-def _update_summary(role: str, m: dict[str, Any]) -> str:
-    """``role 41s (ref 9s, fwd+bwd 29s, opt 3s, 180 tok/s)``, or why it took no step."""
-    if m.get("skipped"):
-        why = "frozen" if m.get("frozen") else "no samples" if not m.get("samples") else "all advantages 0"
-        return f"{role} skipped ({why})"
-    parts = [f"ref {m['logprob_s']:.0f}s" if m.get("reference_pass") or m.get("policy_pass") else "no pass"]
-    if "forward_backward_s" in m:
-        parts += [f"fwd+bwd {m['forward_backward_s']:.0f}s", f"opt {m['optimizer_s']:.0f}s"]
-    total = m.get("logprob_s", 0.0) + m.get("train_step_s", 0.0)
-    return f"{role} {total:.0f}s ({', '.join(parts)})"
+from .update import sync, unique, update
 
 
 class TrainerBase(ABC):
@@ -287,150 +230,27 @@ class TrainerBase(ABC):
 
     # ----------------------------------------------------------------- the update
     def update(self, by_role: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
-        """Each trained set of weights takes its optimiser steps on the samples of every role that trains it
-        (:mod:`baselines.learner`); returns each role's figures (:class:`~baselines.learner.UpdateStats`).
-
-        1. **Passes.** A role's policy log-probs are the engine's, given at sampling, when they cover every sample
-           and its weights take one step on them (or the samples are another run's: then the engine's are the
-           ratio's old log-probs and a pass gives the policy's); otherwise a forward pass gives them. The reference
-           needs a pass once the weights have stepped; before, the policy *is* the reference (KL exactly 0).
-        2. **Advantages** over each role's whole batch (or the team's, ``advantage_scope``), with the KL term.
-        3. **Steps**: one per mini-batch of ``train_batch`` samples (default: one over everything), none when every
-           advantage is 0 (equal rewards, no KL: the gradient is exactly 0, and an Adam step on it would still move
-           the weights by its momentum)."""
-        cfg = self.cfg
-        stats = {role: UpdateStats() for role in by_role}
-        given = {role: samples for role, samples in by_role.items() if samples}
-        groups: dict[str, list[str]] = {}
-        for role in given:
-            groups.setdefault(self.owner[role], []).append(role)
-        n_steps = {
-            o: len(mini_batches(sum(len(given[r]) for r in rs), cfg.train_batch, cfg.seed)) for o, rs in groups.items()
-        }
-        engine: dict[str, list[torch.Tensor]] = {}  # roles whose policy log-probs are the engine's
-        for role, samples in given.items():
-            lps = [engine_logprobs(s, cfg.max_new_tokens) for s in samples]
-            if cfg.rollout_logprobs and None not in lps and (n_steps[self.owner[role]] == 1 or cfg.rollouts_from):
-                engine[role] = [x for x in lps if x is not None]  # all of them
-        passes = {
-            role: Passes(
-                policy=role not in engine or bool(cfg.rollouts_from), reference=self.owner[role] in self._stepped
-            )
-            for role in given
-        }
-        batches = self._logprob_batches(given, passes, engine, stats)
-        advantages = advantages_by_role(cfg.estimator, batches, scope=cfg.advantage_scope, beta=cfg.beta_kl)
-        for role, batch in batches.items():
-            tokens = sum(len(x) for x in batch.logp)
-            s = stats[role]
-            s.samples, s.tokens = len(given[role]), tokens
-            s.kl = float(sum((a - b).sum() for a, b in zip(batch.logp, batch.ref_logp, strict=True))) / max(tokens, 1)
-            s.adv_abs_mean = float(sum(a.abs().sum() for a in advantages[role])) / max(tokens, 1)
-            if cfg.rollouts_from:  # another run's episodes: without the engine's log-probs, the ratio is this policy's
-                s.off_policy_uncorrected = 0 if role in engine else len(given[role])
-        lr = cfg.lr_at(self.iteration)
-        submitted: dict[str, list[Pending[Any]]] = {}
-        for owner, members in groups.items():  # one set of weights, on the samples of every role that trains them
-            adv = [a for m in members for a in advantages[m]]
-            if max(float(a.abs().max()) for a in adv) < 1e-8:
-                continue
-            samples = [s for m in members for s in given[m]]
-            logp = [x for m in members for x in batches[m].logp]
-            sampled = [x for m in members for x in engine[m]] if all(m in engine for m in members) else None
-            if cfg.rollouts_from:  # the policy that sampled them: the engine's log-probs, else uncorrected
-                old, behaviour = sampled or logp, None
-            elif n_steps[owner] == 1:  # the weights that sampled them: the step's own forward gives the old log-probs
-                old, behaviour = None, sampled
-            else:  # several steps: the ratio of each against the weights before the first
-                old, behaviour = logp, None
-            learner = self.learner_of[owner]
-            steps: list[Pending[Any]] = []
-            for idx in mini_batches(len(samples), cfg.train_batch, cfg.seed):
-                steps.append(
-                    learner.step(
-                        [samples[i] for i in idx],
-                        [adv[i] for i in idx],
-                        lr,
-                        old_logp=None if old is None else [old[i] for i in idx],
-                        behaviour_logp=None if behaviour is None else [behaviour[i] for i in idx],
-                    )
-                )
-            self._stepped.add(owner)
-            if not self.parallel_updates:  # this set of weights' peak memory passes before the next one's step
-                steps = [Done(step.result()) for step in steps]
-            submitted[owner] = steps
-        for owner, steps in submitted.items():
-            done = [step.result() for step in steps]
-            for m in groups[owner]:
-                stats[m].steps, stats[m].skipped = done, False
-        return {role: s.as_dict() for role, s in stats.items()}
-
-    def _logprob_batches(
-        self,
-        given: dict[str, list[Sample]],
-        passes: dict[str, Passes],
-        engine: dict[str, list[torch.Tensor]],
-        stats: dict[str, UpdateStats],
-    ) -> dict[str, RoleBatch]:
-        """Each role's :class:`RoleBatch`: rewards, outcomes, groups, and the policy's and the reference's
-        log-probs from the passes asked for (``passes``) or the engine's (``engine``)."""
-
-        def submit(role: str) -> Pending[LogProbs]:
-            p, n = passes[role], len(given[role])
-            if not (p.policy or p.reference):
-                return Done(LogProbs([None] * n, [None] * n))
-            return self.learner_of[role].logprobs(given[role], policy=p.policy, reference=p.reference)
-
-        pending = {role: submit(role) for role in given} if self.parallel_updates else {}
-        out: dict[str, RoleBatch] = {}
-        for role, samples in given.items():
-            t0 = time.perf_counter()
-            got = (pending[role] if self.parallel_updates else submit(role)).result()
-            logp = got.policy if passes[role].policy else engine[role]
-            ref = got.reference if passes[role].reference else logp  # not stepped: the reference is the policy
-            s = stats[role]
-            s.logprob_s, s.policy_pass, s.reference_pass = time.perf_counter() - t0, *dataclasses.astuple(passes[role])
-            rewards, outcomes = [x.reward for x in samples], [x.outcome for x in samples]
-            out[role] = RoleBatch(rewards, outcomes, [x.group_id for x in samples], list(logp), list(ref))
-        return out
+        """Each set of weights' optimiser steps on its roles' samples (:func:`baselines.update.update`); returns each
+        role's figures."""
+        lr = self.cfg.lr_at(self.iteration)
+        return update(by_role, self.learner_of, self.owner, self._stepped, self.cfg, lr, self.parallel_updates)
 
     def sync(self) -> float:
-        """Load every learner's stepped weights into what generates with them; returns the wall seconds. Without
-        ``parallel_updates`` one learner after the other: the transient copies of one set of weights (the gathered
-        state, the engine's incoming copy) are then alive at a time, not every role's (syncing three 135M roles at
-        once pushed the smoke preset on SmolLM2 over Ray's memory limit)."""
-        t0 = time.perf_counter()
-        self.sync_by_role = {}
-        pending = []
-        for name, learner in self._learners():
-            t = time.perf_counter()
-            job = learner.sync()
-            if job is None:
-                continue
-            if self.parallel_updates:
-                pending.append(job)
-            else:
-                job.result()
-                self.sync_by_role[name] = time.perf_counter() - t
-        for job in pending:
-            job.result()
-        seconds = time.perf_counter() - t0
+        """Every stepped learner's weights into what generates with them (:func:`baselines.update.sync`); returns
+        the wall seconds."""
+        seconds, self.sync_by_role = sync(self.learner_of, self.parallel_updates)
         self.sync_seconds.append(seconds)
         return seconds
-
-    def _learners(self) -> list[tuple[str, Learner]]:
-        """Every learner once, by its owner's name."""
-        return sorted({learner.name: learner for learner in self.learner_of.values()}.items())
 
     def save_state(self, path: Path) -> None:
         """Every learner's weights and optimiser state, and which of them have stepped (a resumed learner that never
         stepped keeps its exact-zero KL instead of a reference pass whose gap to the engine is numeric noise)."""
-        for _, learner in self._learners():
+        for _, learner in unique(self.learner_of):
             learner.save(path)
         (Path(path) / "stepped_roles.json").write_text(json.dumps(sorted(self._stepped)))
 
     def load_state(self, path: Path) -> None:
-        for _, learner in self._learners():
+        for _, learner in unique(self.learner_of):
             learner.load(path)
         saved = Path(path) / "stepped_roles.json"
         # a checkpoint from before this file may hold steps of any role: the reference pass is needed for all
@@ -521,7 +341,7 @@ class TrainerBase(ABC):
         stats = self.update(by_role)  # frozen roles are not in by_role: never updated, never synced
         stats.update({r: {"skipped": 1, "frozen": 1, "samples": 0} for r in every if self.weights[r].kind == "frozen"})
         train_time = time.perf_counter() - t1
-        self._phase(f"update {train_time:.0f}s: " + "; ".join(_update_summary(r, stats.get(r, {})) for r in every))
+        self._phase(f"update {train_time:.0f}s: " + "; ".join(update_summary(r, stats.get(r, {})) for r in every))
         sync_time = self.sync()
         metrics: dict[str, Any] = {
             "iteration": iteration,

@@ -7,7 +7,7 @@ One iteration (:meth:`baselines.loop.TrainerBase.train_iteration`):
    role go to that role's engine in one batch, and every role's batch is submitted before any is awaited (the
    engines generate at the same time). The coach scores actions in a thread pool while rollouts go on
    (:class:`mappa_envs.coach.CoachRewardWrapper`). Each finished episode is appended to the trajectory store.
-2. **The update** (:meth:`baselines.loop.TrainerBase.update`, the same for both trainers) asks each set of
+2. **The update** (:func:`baselines.update.update`, the same for both trainers) asks each set of
    weights' :class:`RayLearner` for the log-probs it needs and for its optimiser steps. The learner splits the
    samples over its ranks balanced by token count (:func:`plan_shards`, nothing dropped; with ``pack_tokens`` as
    prefix-shared packs, :mod:`baselines.packing`) and submits to them; on a GPU every learner's work is submitted

@@ -10,7 +10,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from mappa_envs.core import EpisodeRecord
+from mappa_envs.metrics import RoleStats
+
 from .config import TrainConfig
+from .samples import Sample
 
 
 class MetricsLog:
@@ -75,3 +81,39 @@ class MetricsLog:
         for w in self._writers:
             w.close()
         self._writers.clear()
+
+
+def role_metrics(stats: RoleStats, samples: list[Sample]) -> dict[str, float]:
+    """Behaviour of one role over an iteration's episodes (the paper's statistics): its :func:`mappa_envs.metrics.
+    role_stats` entry, as evaluations count them, and its samples' scores."""
+    scores = [float(s.coach.score) for s in samples if s.coach] or [s.reward * 10 for s in samples]
+    return {
+        "mean_coach_score": float(np.mean(scores)) if scores else 0.0,
+        # 0 with several samples: every advantage of the role is 0 (REINFORCE++'s normalisation), it does not learn
+        "coach_score_std": float(np.std(scores)) if scores else 0.0,
+        "mean_reward": float(np.mean([s.reward for s in samples])) if samples else 0.0,
+        "tool_call_rate": stats.tool_call_rate,
+        "tool_success_rate": stats.tool_success_rate,
+        "response_chars": float(np.mean([len(s.response) for s in samples])) if samples else 0.0,
+    }
+
+
+def episode_outcomes(records: list[EpisodeRecord]) -> dict[str, float]:
+    """The iteration's share of successful episodes (``accuracy``) and, for a scored task, its mean quality."""
+    out = {"accuracy": float(np.mean([r.success for r in records])) if records else 0.0}
+    quality = [r.quality for r in records if r.quality is not None]
+    if quality:
+        out["mean_quality"] = float(np.mean(quality))
+    return out
+
+
+def update_summary(role: str, m: dict[str, Any]) -> str:
+    """``role 41s (ref 9s, fwd+bwd 29s, opt 3s, 180 tok/s)``, or why it took no step."""
+    if m.get("skipped"):
+        why = "frozen" if m.get("frozen") else "no samples" if not m.get("samples") else "all advantages 0"
+        return f"{role} skipped ({why})"
+    parts = [f"ref {m['logprob_s']:.0f}s" if m.get("reference_pass") or m.get("policy_pass") else "no pass"]
+    if "forward_backward_s" in m:
+        parts += [f"fwd+bwd {m['forward_backward_s']:.0f}s", f"opt {m['optimizer_s']:.0f}s"]
+    total = m.get("logprob_s", 0.0) + m.get("train_step_s", 0.0)
+    return f"{role} {total:.0f}s ({', '.join(parts)})"

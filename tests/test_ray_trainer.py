@@ -203,7 +203,7 @@ print(json.dumps({"synced_gap": float((after - ref).abs().max()), "moved": float
 
 
 def test_the_local_and_the_ray_learner_take_the_same_first_update(tmp_path):
-    """The update is written once (baselines/loop.py) and the trainers differ only in their learner: on the same
+    """The update is written once (baselines/update.py) and the trainers differ only in their learner: on the same
     samples from the same weights, the single-process learner (torch, in this process) and the Ray learner (a
     DeepSpeed ZeRO-3 rank; its vLLM engine) report the same figures for the first update, and their weights after it
     give the samples the same log-probs, within float32 tolerance of how far the step moved them. Two roles share
