@@ -8,22 +8,33 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from baselines.fields import choices, one_of, option
+from baselines.weights.dtypes import native_bf16, resolve_engine_dtype
+from baselines.weights.role_weights import spec_forms_help
 from mappa_envs.coach.rescore import coach_specs_help
-
-from .fields import choices, one_of, option
-from .role_weights import spec_forms_help
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 """A weights dtype: 'auto' is resolved by the device (:meth:`TrainConfig.resolved_dtype`)."""
 
 
+SPEC = "vllm:"
+"""The coach spec prefix of a coach the trainer serves itself (:mod:`baselines.ray_learner.coach_engine`)."""
+
+SERVED_NAME = "coach"
+
+
+def served_model(spec: str) -> str | None:
+    """MODEL of ``vllm:MODEL`` (a bundled key, a folder, an id on disk), else None."""
+    return spec[len(SPEC) :] if spec.startswith(SPEC) else None
+
+
 @dataclass
 class TrainConfig:
-    """Every field has a default that runs on a CPU; presets (:mod:`baselines.presets`) override a few.
+    """Every field has a default that runs on a CPU; presets (:mod:`baselines.planning.presets`) override a few.
 
     Each field is an option of ``mappa train`` (:mod:`baselines.fields`): its type says how it is given, the first
     sentence of its docstring is the flag's help, and :func:`~baselines.fields.option` adds a flag spelled otherwise
-    and whether a resumed run may change it (``resume_may_change``: :func:`baselines.store.check_resumable`)."""
+    and whether a resumed run may change it (``resume_may_change``: :func:`baselines.runs.store.check_resumable`)."""
 
     # --- task and method
     env_id: str = option("mappa/MathChat-v0", flag="--env")
@@ -33,7 +44,8 @@ class TrainConfig:
     model: str = "smollm2-135m"
     """Model of every role: 'smollm2-135m' (bundled), 'tiny-random' (tests), a folder, or an HF id on disk."""
     estimator: str = "reinforce_pp"
-    """Advantage estimator: reinforce_pp, grpo, outcome or a registered plug-in (:mod:`baselines.advantages`)."""
+    """Advantage estimator: reinforce_pp, grpo, outcome or a registered plug-in
+    (:mod:`baselines.algorithm.advantages`)."""
     advantage_scope: Literal["role", "team"] = "role"
     """Where advantages are normalised: 'role' (each role's global batch, the reference) or 'team' (every role's
     samples together, docs/method.md's option)."""
@@ -71,8 +83,8 @@ class TrainConfig:
         + spec_forms_help(),
     )
     """Which weights each role acts and learns with: ROLE=SPEC, a spec of
-    :data:`baselines.role_weights.SPEC_FORMS` (a key given twice: the last wins); both trainers take every form
-    (:mod:`baselines.role_weights`)."""
+    :data:`baselines.weights.role_weights.SPEC_FORMS` (a key given twice: the last wins); both trainers take every form
+    (:mod:`baselines.weights.role_weights`)."""
 
     # --- schedule
     iterations: int = option(2, resume_may_change=True)
@@ -116,9 +128,9 @@ class TrainConfig:
     pack_tokens: int = option(0, resume_may_change=True)
     """Distributed trainer: forward/backward passes over prefix-shared packs of at most this many distinct tokens
     (0: padded micro-batches of ``micro_batch`` rows). A prefix several samples share - the system prompt, an
-    agent's earlier turns, a GRPO group's prompt - is computed once (:mod:`baselines.packing`); same log-probs and
-    gradients. Full attention only: a model with a sliding window shorter than a row, or layers of another kind, is
-    refused before any actor starts (:func:`baselines.shapes.packing_problem`)."""
+    agent's earlier turns, a GRPO group's prompt - is computed once (:mod:`baselines.ray_learner.packing`); same
+    log-probs and gradients. Full attention only: a model with a sliding window shorter than a row, or layers of another
+    kind, is refused before any actor starts (:func:`baselines.weights.shapes.packing_problem`)."""
     share_prefix: bool = option(True, resume_may_change=True)
     """With ``pack_tokens``: run the prefix all of a rank's samples of a role share once per pass over the batch,
     not once per pack. That prefix (system prompt, worked example; at most ``pack_tokens // 2`` tokens) is attended
@@ -190,7 +202,8 @@ class TrainConfig:
     """Recompute activations in the backward pass: much less memory for long team contexts, ~same speed on CPU."""
     placement: dict[str, str] = option(default_factory=dict, flag="--place", metavar="ACTOR=RESOURCE")  # noqa: RUF009
     """Distributed trainer on a Ray cluster: the custom resource each actor is placed by (ACTOR ``engines``,
-    ``trainers``, ``ROLE``, ``engine:ROLE`` or ``trainer:ROLE``; :mod:`baselines.cluster`). Empty: anywhere."""
+    ``trainers``, ``ROLE``, ``engine:ROLE`` or ``trainer:ROLE``; :mod:`baselines.ray_learner.cluster`). Empty:
+    anywhere."""
     parallel_updates: bool | None = option(None, resume_may_change=True)
     """Update all roles at once (None: on GPU yes, on CPU no). On a CPU they would share the same cores and the
     peak memory of three updates would add up."""
@@ -199,7 +212,8 @@ class TrainConfig:
     they would share the same cores: measured on 2 cores, three engines given their batches at once generated 38
     tok/s, one after the other 118 tok/s."""
     memory_check: bool = option(True, resume_may_change=True)
-    """Refuse to start when the estimated peak memory (:mod:`baselines.memory`) exceeds what the machine has."""
+    """Refuse to start when the estimated peak memory (:mod:`baselines.planning.memory`) exceeds what the machine
+    has."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """'cpu', 'cuda' or 'auto' (cuda when available)."""
     dtype: Dtype = "auto"
@@ -208,13 +222,13 @@ class TrainConfig:
     """The trainer's matmuls: 'bfloat16' runs its forward passes under ``torch.autocast`` in bfloat16 while weights,
     gradients and optimiser state stay in ``dtype`` (mixed precision); 'off' computes in ``dtype``; 'auto' is
     bfloat16 when the weights are float32 and the device computes bfloat16 natively (a GPU, or a CPU with
-    AVX512-BF16 or AMX: :func:`baselines.engines.native_bf16`), else off. Measured on this project's 2-core AMX CPU
-    with SmolLM2-135M, a lone 768-token forward+backward: 1.6 s under bfloat16 autocast, 3.2 s in float32 (the
+    AVX512-BF16 or AMX: :func:`baselines.weights.dtypes.native_bf16`), else off. Measured on this project's 2-core AMX
+    CPU with SmolLM2-135M, a lone 768-token forward+backward: 1.6 s under bfloat16 autocast, 3.2 s in float32 (the
     demo's updates were no shorter: docs/training.md)."""
     engine_dtype: Dtype = "auto"
     """The vLLM engines' weights (rollouts and held-out evaluation); 'auto': bfloat16 where the device computes it
     natively, else the trainer's dtype. Natively: a GPU, or a CPU with AVX512-BF16 or AMX
-    (:func:`baselines.engines.native_bf16`). Measured on this project's 2-core AVX512-BF16 CPU with SmolLM2-135M:
+    (:func:`baselines.weights.dtypes.native_bf16`). Measured on this project's 2-core AVX512-BF16 CPU with SmolLM2-135M:
     bfloat16 generates 1.7-2x the tokens/s of float32 (``mappa bench``'s engine-dtype row), and its sampled tokens'
     log-probs differ from the float32 trainer's by 0.025 on average (0.2 at the 99th percentile; float32 engines:
     logged per role as ``rollout_logp_gap``). The trainer syncs its weights to the engines in this dtype."""
@@ -278,16 +292,12 @@ class TrainConfig:
             return "cpu"
 
     def resolved_engine_dtype(self) -> str:
-        from .engines import resolve_engine_dtype
-
         return resolve_engine_dtype(self.engine_dtype, self.resolved_device(), self.resolved_dtype())
 
     def resolved_autocast(self) -> str | None:
         """The dtype the trainer's forward passes autocast to, or None (they compute in the weights' dtype)."""
         if self.autocast != "auto":
             return None if self.autocast == "off" else self.autocast
-        from .engines import native_bf16
-
         return "bfloat16" if self.resolved_dtype() == "float32" and native_bf16(self.resolved_device()) else None
 
     def resolved_dtype(self) -> str:
@@ -335,7 +345,7 @@ def process_reward(cfg: TrainConfig) -> bool:
     """Whether the run's estimator trains on the coach's per-action scores (False: outcome only, no coach needed).
     An estimator not registered here counts as one that does: the checks report it."""
     try:
-        from .advantages import uses_process_reward
+        from baselines.algorithm.advantages import uses_process_reward
 
         return uses_process_reward(cfg.estimator)
     except (ImportError, KeyError, ValueError):
@@ -345,11 +355,9 @@ def process_reward(cfg: TrainConfig) -> bool:
 def run_coach(cfg: TrainConfig, url: str | None = None, *, describe: bool = False) -> Any:
     """The coach ``cfg`` trains with, built from its spec and options (``coach_max_new_tokens``), as the trainer,
     the checks and ``config.json`` build it; ``ValueError`` for a spec or option it refuses. ``vllm:MODEL`` (a coach
-    the trainer serves itself, :mod:`baselines.coach_engine`) is the LLM coach through the server at ``url``;
-    ``describe``: a stand-in address, for what the coach is and sees, never called."""
+    the trainer serves itself, :mod:`baselines.ray_learner.coach_engine`) is the LLM coach through the server at
+    ``url``; ``describe``: a stand-in address, for what the coach is and sees, never called."""
     from mappa_envs.coach import coach_from_spec
-
-    from .coach_engine import SERVED_NAME, served_model
 
     if served_model(cfg.coach) is not None:
         if url is None and not describe:

@@ -1,5 +1,5 @@
 """Configuration fields that carry their own command-line form, so that an option is declared once: as a field of a
-configuration dataclass (:class:`~baselines.config.TrainConfig`, :class:`~baselines.evaluate.EvalConfig`).
+configuration dataclass (:class:`~baselines.config.TrainConfig`, :class:`~baselines.evaluation.evaluate.EvalConfig`).
 
 A field's type says how it is given (``bool``: a ``--name`` / ``--no-name`` switch; a ``Literal``: its choices; a
 ``tuple[str, ...]``: a repeatable flag; a ``dict``: repeatable ``KEY=VALUE``), its attribute docstring says what it
@@ -37,8 +37,8 @@ def option(
     """A dataclass field with its command-line metadata: ``flag`` (default ``--field-name``, ``-k`` for a one-letter
     field), ``negative`` (a switch's extra flag that sets it False, besides ``--no-name``), ``metavar``, ``help``
     (default: the field docstring's first sentence) and ``resume_may_change`` (a resumed run may give it another
-    value: :func:`baselines.store.check_resumable`). Ruff's RUF009 does not know it for a field specifier: a field of
-    a mutable type (a ``dict``) says ``# noqa: RUF009``."""
+    value: :func:`baselines.runs.store.check_resumable`). Ruff's RUF009 does not know it for a field specifier: a field
+    of a mutable type (a ``dict``) says ``# noqa: RUF009``."""
     given = {"flag": flag, "negative": negative, "metavar": metavar, "help": help}
     metadata: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     if resume_may_change:

@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
-    from baselines.presets import preset_lines
+    from baselines.planning.presets import preset_lines
 
     print(preset_lines())
     return 0

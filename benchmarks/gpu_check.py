@@ -3,8 +3,8 @@
     python benchmarks/gpu_check.py            # ~3-5 minutes on one H200-class GPU, nothing downloaded
     python benchmarks/gpu_check.py --out FILE # the result file (default: runs/gpu-check-<time>.json)
 
-What it runs: the Ray trainer (:class:`baselines.ray_trainer.RayTrainer`) on MathChat's arithmetic pool, three roles,
-each with its own vLLM engine (``vllm`` extra) and one DeepSpeed ZeRO-3 rank (NCCL), all sharing the one GPU in
+What it runs: the Ray trainer (:class:`baselines.training.ray_trainer.RayTrainer`) on MathChat's arithmetic pool, three
+roles, each with its own vLLM engine (``vllm`` extra) and one DeepSpeed ZeRO-3 rank (NCCL), all sharing the one GPU in
 equal fractions. The model is a random ~110M-parameter Llama built from a config on the spot (the bundled
 tokenizer), so nothing is fetched from a hub; its replies are gibberish, which is fine for throughput: every reply
 runs to ``max_new_tokens``.
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def small_model(path: Path) -> str:
-    from baselines.models import random_llama
+    from baselines.weights.models import random_llama
 
     sizes = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=12, num_attention_heads=9)
     return str(random_llama(path, dtype="bfloat16", num_key_value_heads=3, **sizes))
@@ -70,7 +70,7 @@ def check_record(
 ) -> dict[str, Any]:
     """The result file's content: ``status`` ``ok`` or ``failed`` (with the error and its traceback), provenance
     (command, commit, hardware, time), the configuration and each iteration's figures (:func:`_iteration_row`)."""
-    from baselines.protocol import hardware
+    from baselines.evaluation.protocol import hardware
     from mappa_envs.sealed import code_version
 
     record: dict[str, Any] = {
@@ -125,7 +125,7 @@ def main() -> int:
         print("no CUDA device: this script checks the GPU path (use `mappa train --preset smoke` on CPU)")
         return 2
     from baselines.config import TrainConfig
-    from baselines.ray_trainer import RayTrainer
+    from baselines.training.ray_trainer import RayTrainer
 
     work = Path(tempfile.mkdtemp(prefix="mappa-gpu-check-"))  # the random model, built here
     model = args.model or small_model(work / "model")

@@ -1,5 +1,5 @@
 """``mappa bench``'s LoRA rows (issue 18): three roles as three full models vs three LoRA adapters on one base, on
-SmolLM2-135M with MathChat-length samples, in the single-process trainer's learners (:mod:`baselines.lora`).
+SmolLM2-135M with MathChat-length samples, in the single-process trainer's learners (:mod:`baselines.weights.lora`).
 
 - **Trainer memory**: the bytes of every tensor a role set holds after one optimiser step (weights, the reference
   policy, gradients, AdamW's two moments): three full learners keep three models, three reference copies and
@@ -51,10 +51,10 @@ def bench_lora(prompts: int = 4, per_prompt: int = 2, model: str | None = None) 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from baselines.local_trainer import RoleLearner
-    from baselines.lora import SharedBase
-    from baselines.models import resolve_model
-    from baselines.presets import PRESETS
+    from baselines.planning.presets import PRESETS
+    from baselines.training.local_trainer import RoleLearner
+    from baselines.weights.lora import SharedBase
+    from baselines.weights.models import resolve_model
 
     from .training import mathchat_length_samples
 
@@ -116,7 +116,7 @@ def _engine_child(path: str, adapters: dict[str, Any] | None, prompts: list[list
     import os
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from baselines.engines import VLLMEngine
+    from baselines.ray_learner.engines import VLLMEngine
 
     ranks = {role: a["config"]["r"] for role, a in (adapters or {}).items()}
     engine = VLLMEngine(path, dtype="float32", max_model_len=1024, lora_ranks=ranks or None, name="bench-engine")
@@ -154,10 +154,10 @@ def bench_lora_engines(n_prompts: int = 8, tokens: int = 64, model: str | None =
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from baselines.lora import SharedBase
-    from baselines.lora_worker import adapter_payload
-    from baselines.models import resolve_model
-    from baselines.presets import PRESETS
+    from baselines.planning.presets import PRESETS
+    from baselines.ray_learner.lora_worker import adapter_payload
+    from baselines.weights.lora import SharedBase
+    from baselines.weights.models import resolve_model
 
     path = resolve_model(model or PRESETS["demo"].model)
     tok = AutoTokenizer.from_pretrained(path)

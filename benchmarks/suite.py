@@ -10,7 +10,7 @@
 4. generation: the in-process vLLM engine against transformers ``generate``, same model (the bundled
    SmolLM2-135M), same 8 prompts, 64 new tokens each, greedy: generated tokens per second.
 5. trainer: one generate-and-update step of 8 prompts x 2 samples on the tiny random model, our REINFORCE++ role
-   learner (transformers ``generate`` + :class:`baselines.local_trainer.RoleLearner`) against TRL's
+   learner (transformers ``generate`` + :class:`baselines.training.local_trainer.RoleLearner`) against TRL's
    ``GRPOTrainer`` on the same model, prompts, completion length and batch: prompt + completion tokens per second
    (mostly per-step overheads: the model is tiny).
 6. update, 7. rollout (and weight sync), 8. demo: the distributed trainer on the bundled SmolLM2-135M
@@ -139,9 +139,9 @@ def bench_generation(new_tokens: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from baselines.engines import VLLMEngine
-    from baselines.models import resolve_model
-    from baselines.samples import prompt_ids
+    from baselines.algorithm.samples import prompt_ids
+    from baselines.ray_learner.engines import VLLMEngine
+    from baselines.weights.models import resolve_model
 
     path = resolve_model("smollm2-135m")
     tok = AutoTokenizer.from_pretrained(path)
@@ -185,11 +185,11 @@ def bench_trainer(completion: int = 32) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from baselines.algorithm.samples import Sample, prompt_ids
     from baselines.config import TrainConfig
-    from baselines.local_trainer import RoleLearner
-    from baselines.models import tiny_model_dir
-    from baselines.policies import GenerationConfig, TransformersPolicy
-    from baselines.samples import Sample, prompt_ids
+    from baselines.training.local_trainer import RoleLearner
+    from baselines.weights.models import tiny_model_dir
+    from baselines.weights.policies import GenerationConfig, TransformersPolicy
 
     path = str(tiny_model_dir())
     tok = AutoTokenizer.from_pretrained(path)

@@ -2,8 +2,8 @@
 beside a reference measured in the same run.
 
 - :func:`bench_update`: one role's update (the reference log-prob pass and one PPO-clipped AdamW step, as
-  :class:`baselines.distributed.RoleWorker` runs it in the demo) on MathChat-length samples (prompts of ~450-750
-  tokens, responses of 128), against a plain PyTorch loop on the same samples (forward with full logits,
+  :class:`baselines.ray_learner.distributed.RoleWorker` runs it in the demo) on MathChat-length samples (prompts of
+  ~450-750 tokens, responses of 128), against a plain PyTorch loop on the same samples (forward with full logits,
   backward, AdamW step) and TRL's ``GRPOTrainer`` training step on the same samples (given through its
   ``rollout_func``, so it generates nothing; ``beta`` = ours, so it runs its reference pass too). Prompt +
   response tokens per second.
@@ -46,7 +46,7 @@ def mathchat_length_samples(tokenizer: Any, prompts: int, per_prompt: int, *, re
     work padding the context to 450-750 tokens (varying as real turns do), and a ``response_tokens``-token
     response (a cut solution: no EOS)."""
     import mappa_envs
-    from baselines.samples import Sample, prompt_ids
+    from baselines.algorithm.samples import Sample, prompt_ids
 
     env = mappa_envs.make("mappa/MathChat-v0", split="arith-train")
     words = SOLUTION.split()
@@ -101,7 +101,7 @@ def _our_update(cfg: Any, path: str, samples: list, adv: list, n_resp: int) -> t
     from its own pass, after a warm-up; returns (reference pass s, step s, the step's stats)."""
     import torch
 
-    from baselines.distributed import RoleWorker, plan_shards
+    from baselines.ray_learner.distributed import RoleWorker, plan_shards
 
     worker = RoleWorker("code_executor", 0, 1, _free_port(), path, cfg)
     _, n_micro = plan_shards(worker._rows(samples), 1, cfg)  # the demo's passes: prefix packs (a prompt's samples)
@@ -123,7 +123,7 @@ def _plain_update(cfg: Any, path: str, tok: Any, samples: list, adv: list, n_res
     import torch
     from transformers import AutoModelForCausalLM
 
-    from baselines.samples import tokenize_samples
+    from baselines.algorithm.samples import tokenize_samples
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.train()
@@ -153,9 +153,9 @@ def bench_update(prompts: int = 8, per_prompt: int = 2) -> list[dict[str, Any]]:
     import torch
     from transformers import AutoTokenizer
 
-    from baselines.models import resolve_model
-    from baselines.presets import PRESETS
-    from baselines.samples import prompt_ids
+    from baselines.algorithm.samples import prompt_ids
+    from baselines.planning.presets import PRESETS
+    from baselines.weights.models import resolve_model
 
     from .trl_reference import trl_step_seconds
 
@@ -212,12 +212,12 @@ def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list
     from transformers import AutoTokenizer
 
     import mappa_envs
-    from baselines.cluster import ray_init
     from baselines.config import TrainConfig
-    from baselines.distributed import RoleWorker
-    from baselines.engines import VLLMEngine
-    from baselines.models import resolve_model
-    from baselines.presets import PRESETS
+    from baselines.planning.presets import PRESETS
+    from baselines.ray_learner.cluster import ray_init
+    from baselines.ray_learner.distributed import RoleWorker
+    from baselines.ray_learner.engines import VLLMEngine
+    from baselines.weights.models import resolve_model
 
     cfg: TrainConfig = PRESETS["demo-arith"]
     path = resolve_model(cfg.model)
@@ -285,8 +285,8 @@ def _rollout_row(
     """Full MathChat rollouts on the engines (every prompt recorded in ``sent``), then the same prompts as raw
     batches."""
     import mappa_envs
-    from baselines.engines import VLLMPolicy
-    from baselines.rollout import run_episodes
+    from baselines.evaluation.rollout import run_episodes
+    from baselines.ray_learner.engines import VLLMPolicy
 
     roles = list(engines)
 

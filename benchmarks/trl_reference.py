@@ -55,7 +55,7 @@ def trl_step_seconds(path: str, tok: Any, samples: list, cfg: Any, per_prompt: i
 
 def _given_rollout(tok: Any, samples: list, max_prompt_tokens: int) -> tuple[list[str], Any]:
     """TRL's prompts (one per task) and a ``rollout_func`` that hands it ``samples`` as if it had generated them."""
-    from baselines.samples import prompt_ids
+    from baselines.algorithm.samples import prompt_ids
 
     by_prompt: dict[str, list] = {}
     for s in samples:

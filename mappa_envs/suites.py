@@ -17,7 +17,7 @@ A task's names are its :attr:`~mappa_envs.core.PipelineEnv.eval_names` (``sql``;
 default its registered id's name in lower case (``theirpkg/Echo-v0``: ``echo``; a factory function's env always so).
 A named suite goes before a task's name; a name two registered envs claim belongs to the one registered first (the
 built-in tasks, then plugins); the other is reached by its id. Sealed splits (:mod:`mappa_envs.sealed`) are the
-evaluating code's to refuse or unseal (:func:`baselines.evaluate.suite_env`).
+evaluating code's to refuse or unseal (:func:`baselines.evaluation.evaluate.suite_env`).
 
 >>> resolve_suite("sql:eval")
 Suite(name='sql:eval', env_id='mappa/SQLQuery-v0', kwargs={'split': 'eval'}, task='sql')

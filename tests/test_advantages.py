@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from baselines.advantages import (
+from baselines.algorithm.advantages import (
     ESTIMATORS,
     AdvantageBatch,
     compute_advantages,
@@ -72,7 +72,7 @@ def test_grpo_group_baseline_by_hand():
 
 
 def test_grpo_groups_of_one_get_no_baseline_and_are_counted():
-    from baselines.advantages import singleton_groups
+    from baselines.algorithm.advantages import singleton_groups
 
     batch = AdvantageBatch(torch.tensor([1.0, 0.0]), torch.zeros(2), torch.ones(2, 2), group_ids=["a", "b"])
     adv = compute_advantages("grpo", batch, beta=0.0)
@@ -95,7 +95,7 @@ def test_grpo_has_the_same_kl_treatment_as_reinforce_pp():
 
 
 def test_team_scope_normalises_over_every_role():
-    from baselines.advantages import RoleBatch, advantages_by_role
+    from baselines.algorithm.advantages import RoleBatch, advantages_by_role
 
     def role(rewards, n_tokens):
         return RoleBatch(rewards, [0.0] * len(rewards), ["g"] * len(rewards), *([[torch.zeros(n_tokens)] * 2] * 2))
@@ -135,7 +135,7 @@ def test_token_logprobs_match_a_full_forward_pass():
     pytest.importorskip("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from baselines.samples import TokenBatch, token_logprobs
+    from baselines.algorithm.samples import TokenBatch, token_logprobs
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(
@@ -161,7 +161,7 @@ def test_token_logprobs_match_a_full_forward_pass():
 
 
 def test_group_normalisation_uses_the_unbiased_std_as_the_reference():
-    from baselines.advantages import group_normalized
+    from baselines.algorithm.advantages import group_normalized
 
     out = group_normalized(torch.tensor([1.0, 0.0, 0.3, 0.9, 0.6, 0.5]), ["a", "a", "b", "b", "b", "c"])
     # a: std of (1, 0) with n - 1 = 0.7071 -> +-0.7071; b: mean .6, unbiased std .3 -> -1, 1, 0; c: alone -> 0

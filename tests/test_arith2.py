@@ -103,7 +103,7 @@ def _half_right(conversation):
 
 def test_every_evaluation_of_a_sealed_split_is_logged_by_the_code(tmp_path, monkeypatch):
     from baselines.config import TrainConfig
-    from baselines.heldout_eval import evaluate_heldout
+    from baselines.evaluation.heldout_eval import evaluate_heldout
     from mappa_envs.sealed import SealedSplit, read_access_log
 
     log = tmp_path / "access.jsonl"
@@ -158,7 +158,7 @@ def test_the_change_is_printed_per_category():
 
 
 def test_mappa_eval_of_a_sealed_suite_needs_unsealing_and_is_logged(tmp_path, monkeypatch):
-    from baselines.evaluate import EvalConfig, evaluate
+    from baselines.evaluation.evaluate import EvalConfig, evaluate
     from mappa_envs.sealed import SealedSplit, read_access_log
 
     monkeypatch.setenv("MAPPA_TEST_ACCESS_LOG", str(tmp_path / "access.jsonl"))

@@ -1,4 +1,4 @@
-"""Pre-flight checks (baselines/checks.py) and `mappa train --dry-run`: fast, no Ray, no model loaded."""
+"""Pre-flight checks (baselines/planning/checks.py) and `mappa train --dry-run`: fast, no Ray, no model loaded."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from baselines import checks
-from baselines.checks import check_config, format_checks, raise_for_failed
 from baselines.config import TrainConfig
-from baselines.memory import estimate_memory
-from baselines.presets import PRESETS, preset
-from baselines.shapes import KNOWN_CONFIGS, count_parameters, model_shape
+from baselines.planning import checks
+from baselines.planning.checks import check_config, format_checks, raise_for_failed
+from baselines.planning.memory import estimate_memory
+from baselines.planning.presets import PRESETS, preset
+from baselines.weights.shapes import KNOWN_CONFIGS, count_parameters, model_shape
 from benchmarks import cli
 from benchmarks.commands import train as train_command
 
@@ -263,7 +263,7 @@ def test_ablate_waits_for_memory_only_after_a_ray_run(tmp_path, monkeypatch, tra
     import subprocess
     from pathlib import Path
 
-    import baselines.checks
+    import baselines.planning.checks
     import benchmarks.cli as cli
     from benchmarks.commands import ablate
 
@@ -279,7 +279,7 @@ def test_ablate_waits_for_memory_only_after_a_ray_run(tmp_path, monkeypatch, tra
     monkeypatch.setattr(ablate, "_wait_for_memory_release", lambda: calls.append(1))
     monkeypatch.setattr(ablate, "cmd_report_run", lambda args: 0)
     monkeypatch.setattr(ablate, "_report_ablation", lambda out: 0)
-    monkeypatch.setattr(baselines.checks, "check_config", lambda cfg: [])
+    monkeypatch.setattr(baselines.planning.checks, "check_config", lambda cfg: [])
     argv = ["ablate", "--preset", "smoke", "--seeds", "0,1", "--arms", "coach,outcome", "--trainer", trainer]
     assert cli.main([*argv, "--out", str(tmp_path / "abl")]) == 0
     assert len(calls) == waits
@@ -293,7 +293,7 @@ def test_ablate_runs_share_the_first_runs_before_training_evaluation(tmp_path, m
     import subprocess
     from pathlib import Path
 
-    import baselines.checks
+    import baselines.planning.checks
     import benchmarks.cli as cli
     from benchmarks.commands import ablate
 
@@ -324,7 +324,7 @@ def test_ablate_runs_share_the_first_runs_before_training_evaluation(tmp_path, m
     monkeypatch.setattr(ablate, "_wait_for_memory_release", lambda: None)
     monkeypatch.setattr(ablate, "cmd_report_run", lambda args: 0)
     monkeypatch.setattr(ablate, "_report_ablation", lambda out: 0)
-    monkeypatch.setattr(baselines.checks, "check_config", lambda cfg: [])  # not this machine's memory now
+    monkeypatch.setattr(baselines.planning.checks, "check_config", lambda cfg: [])  # not this machine's memory now
     argv = ["ablate", "--preset", "demo", "--seeds", "0,1", "--arms", "coach,outcome,grpo", "--out", str(out)]
     assert cli.main(argv) == 0
     assert len(seen) == 6 and seen["coach/seed-0"][1] is None
@@ -341,7 +341,7 @@ def test_ablate_runs_share_the_first_runs_before_training_evaluation(tmp_path, m
     for key in seen:  # a finished run's checkpoints are removed once its models are exported; the models stay
         removed = sorted(p.name for p in (out / key / "checkpoints").iterdir())
         assert removed == (["iter-00000", "latest"] if key == "grpo/seed-0" else ["REMOVED"]), (key, removed)
-    from baselines.store import check_resumable
+    from baselines.runs.store import check_resumable
 
     cfg = TrainConfig(out_dir=str(out / "coach" / "seed-0"))
     with pytest.raises(ValueError, match="checkpoints were removed when the run finished"):
@@ -363,7 +363,7 @@ def test_held_out_tasks_that_are_in_the_training_pool_are_refused():
 
 def test_role_weight_specs_are_checked():
     """Every spec is parsed and checked against the task's roles and the trainer before anything starts."""
-    from baselines.role_weights import parse_spec, role_specs, spec_problems, weight_groups
+    from baselines.weights.role_weights import parse_spec, role_specs, spec_problems, weight_groups
 
     roles = ["a", "b", "c"]
     assert weight_groups(role_specs({"b": "shared:a", "c": "frozen"}, roles, "local")) == {"a": ["a", "b"]}
@@ -410,15 +410,15 @@ def test_placement_keys_are_checked_before_ray_starts(tmp_path):
 
 
 def test_autocast_auto_is_bfloat16_only_on_float32_weights_with_native_bfloat16(monkeypatch):
-    import baselines.engines
+    import baselines.weights.dtypes
     from baselines.config import TrainConfig
 
-    monkeypatch.setattr(baselines.engines, "native_bf16", lambda device: True)
+    monkeypatch.setattr(baselines.weights.dtypes, "native_bf16", lambda device: True)
     assert TrainConfig(device="cpu").resolved_autocast() == "bfloat16"
     assert TrainConfig(device="cpu", autocast="off").resolved_autocast() is None
     assert TrainConfig(device="cpu", dtype="bfloat16").resolved_autocast() is None  # already bfloat16 weights
     assert TrainConfig(device="cuda").resolved_autocast() is None  # 'auto' weights are bfloat16 on a GPU
-    monkeypatch.setattr(baselines.engines, "native_bf16", lambda device: False)
+    monkeypatch.setattr(baselines.weights.dtypes, "native_bf16", lambda device: False)
     assert TrainConfig(device="cpu").resolved_autocast() is None  # emulated bfloat16 would be slower
     assert TrainConfig(device="cpu", autocast="bfloat16").resolved_autocast() == "bfloat16"
 
@@ -429,7 +429,7 @@ def test_a_run_saved_before_autocast_existed_resumes_only_in_float32(tmp_path):
     from dataclasses import asdict
 
     from baselines.config import TrainConfig
-    from baselines.store import check_resumable
+    from baselines.runs.store import check_resumable
 
     cfg = TrainConfig(out_dir=str(tmp_path))
     old = {k: v for k, v in asdict(cfg).items() if k != "autocast"}

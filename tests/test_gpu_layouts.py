@@ -1,5 +1,5 @@
 """Issue 34, item 1: the paper presets' actors scheduled on simulated GPU clusters (Ray's own cluster utility: CPU-only
-raylets that declare GPUs), through the trainer's real code path (:func:`baselines.actors.start_actors`: its
+raylets that declare GPUs), through the trainer's real code path (:func:`baselines.training.actors.start_actors`: its
 layout, checks, packing, node pinning and rank start-up), with the engine and rank classes replaced by placeholders
 that report what Ray gave them: node, GPU share, GPU ids and ``CUDA_VISIBLE_DEVICES``. A layout that cannot be
 packed is refused before any actor starts, naming the actor and the resource."""
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from baselines import actors as actors_module
-from baselines.cluster import PlacementError, _live_nodes
-from baselines.gpu_plan import gpu_share, layout, pack, task_roles
-from baselines.presets import preset
-from baselines.role_weights import effective_role_weights, role_specs
+from baselines.planning.gpu_plan import gpu_share, layout, pack, task_roles
+from baselines.planning.presets import preset
+from baselines.ray_learner.cluster import PlacementError, _live_nodes
+from baselines.training import actors as actors_module
+from baselines.weights.role_weights import effective_role_weights, role_specs
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
-"""Issue 34: the GPU layout of the distributed trainer without a GPU (baselines/gpu_plan.py): shares of a GPU that
-Ray can pack, the packing and its refusals, the plan of the paper presets on their declared hardware as
+"""Issue 34: the GPU layout of the distributed trainer without a GPU (baselines/planning/gpu_plan.py): shares of a GPU
+that Ray can pack, the packing and its refusals, the plan of the paper presets on their declared hardware as
 `mappa train --dry-run` prints it, and the GPU branches that run without CUDA (device strings, dtypes, NCCL or
 gloo, the actors' environment), with the device forced. Fast: no Ray, no model loaded."""
 
@@ -9,12 +9,9 @@ import json
 
 import pytest
 
-from baselines import memory
-from baselines.cluster import PlacementError, actor_env
 from baselines.config import TrainConfig
-from baselines.distributed import rank_device
-from baselines.engines import resolve_engine_dtype
-from baselines.gpu_plan import (
+from baselines.planning import memory
+from baselines.planning.gpu_plan import (
     GRANULARITY,
     Hardware,
     gpu_plan,
@@ -24,9 +21,12 @@ from baselines.gpu_plan import (
     simulated_nodes,
     task_roles,
 )
-from baselines.presets import HARDWARE, PRESETS, preset
-from baselines.role_weights import effective_role_weights, role_specs
-from baselines.shapes import model_shape
+from baselines.planning.presets import HARDWARE, PRESETS, preset
+from baselines.ray_learner.cluster import PlacementError, actor_env
+from baselines.ray_learner.distributed import rank_device
+from baselines.weights.dtypes import resolve_engine_dtype
+from baselines.weights.role_weights import effective_role_weights, role_specs
+from baselines.weights.shapes import model_shape
 from benchmarks import cli
 from benchmarks.commands import train as train_command
 

@@ -3,7 +3,9 @@ above its own, by an import (not even inside a function) or by name in a string 
 registry spec ``"pkg.mod:Cls"``, a coach spec, ``python -m pkg.mod``), and no entry point of pyproject.toml has a
 package load code from a floor above it; no modules import each other in a circle (a module's import-time use of its
 own package's ``__init__`` included); and size tripwires (450 lines a module, 80 a function) catch a module or
-function that has grown a second concern.
+function that has grown a second concern. Inside baselines/, its sub-packages are floors the same way
+(:data:`BASELINES_FLOORS`: the algorithm, weights, the configuration, a run's files, the Ray learner's parts, planning,
+evaluation, the trainers).
 
 The checks are functions of the sources, so the tests at the end plant a violation and see each check fail."""
 
@@ -100,6 +102,45 @@ def upward_references(modules: Modules) -> list[str]:
     return problems
 
 
+BASELINES_FLOORS = ("algorithm", "weights", "", "runs", "ray_learner", "planning", "evaluation", "training")
+"""The sub-floors of baselines/, bottom to top: its sub-packages, and ``""`` for the modules directly in baselines/
+(:data:`BASELINES_ROOT`: the configuration). A module refers to none above its own sub-floor, as between the four
+packages. The package's ``__init__`` re-exports public names from any of them: it is above them all."""
+
+BASELINES_ROOT = {"baselines.config", "baselines.fields"}
+"""The modules directly in baselines/; a new one is placed in a sub-package, or here on purpose."""
+
+
+def baselines_floor(name: str) -> int | None:
+    """The sub-floor of a baselines module (or package), None for a module of another package."""
+    parts = name.split(".")
+    if parts[0] != "baselines":
+        return None
+    if len(parts) == 1:
+        return len(BASELINES_FLOORS)
+    return BASELINES_FLOORS.index(parts[1] if parts[1] in BASELINES_FLOORS else "")
+
+
+def sub_floor_problems(modules: Modules) -> list[str]:
+    """Each reference from a baselines module to a sub-floor above its own, and each module directly in baselines/
+    that is not one of :data:`BASELINES_ROOT`."""
+    problems = []
+    for name, (source, is_package) in sorted(modules.items()):
+        floor = baselines_floor(name)
+        if floor is None or floor == len(BASELINES_FLOORS):
+            continue
+        parts = name.split(".")
+        if len(parts) == 2 and parts[1] not in BASELINES_FLOORS and name not in BASELINES_ROOT:
+            problems.append(f"{name}: a module directly in baselines/, not in a sub-package ({BASELINES_FLOORS})")
+        for ref in references(name, source, is_package, set(modules)):
+            target = baselines_floor(ref.target)
+            if target is not None and target > floor:
+                problems.append(
+                    f"{name}:{ref.line} {ref.text} (a sub-floor above {BASELINES_FLOORS[floor] or 'baselines/'})"
+                )
+    return problems
+
+
 def import_graph(modules: Modules) -> dict[str, set[str]]:
     """Module -> the modules it imports. An import of the module's own package (or an ancestor) is an edge when it
     runs at import time and takes something of the package's ``__init__``; importing a submodule through its package
@@ -182,6 +223,11 @@ def test_no_import_circles():
 def test_entry_points_name_modules_that_exist_on_a_floor_their_loader_may_use():
     problems = entry_point_problems((ROOT / "pyproject.toml").read_text(), project_modules())
     assert not problems, "entry points:\n" + "\n".join(problems)
+
+
+def test_no_baselines_module_refers_to_a_sub_floor_above_its_own():
+    problems = sub_floor_problems(project_modules())
+    assert not problems, "references to a higher sub-floor of baselines/:\n" + "\n".join(problems)
 
 
 # ------------------------------------------------------------------------------ the checks catch what they are for
@@ -275,3 +321,22 @@ def test_functions_fit_on_a_screen():
                     if n > MAX_FUNCTION_LINES:
                         long[f"{p.relative_to(ROOT)}:{node.lineno} {node.name}"] = n
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_a_reference_to_a_higher_sub_floor_of_baselines_is_refused():
+    """The algorithm importing the loop, lazily even, or naming it in a string, is refused; a module dropped directly
+    into baselines/ is named; the loop importing the algorithm is fine."""
+    modules = project_modules()
+    lazy = "def f():\n    from baselines.training.loop import TrainerBase\n"
+    assert sub_floor_problems({**modules, "baselines.algorithm.planted": (lazy, False)}) == [
+        "baselines.algorithm.planted:2 from baselines.training.loop import TrainerBase (a sub-floor above algorithm)"
+    ]
+    spec = 'SPEC = "baselines.training.loop:TrainerBase"\n'
+    assert sub_floor_problems({**modules, "baselines.weights.planted": (spec, False)}) == [
+        "baselines.weights.planted:1 'baselines.training.loop:TrainerBase' (a sub-floor above weights)"
+    ]
+    assert sub_floor_problems({**modules, "baselines.stray": ("X = 1\n", False)}) == [
+        f"baselines.stray: a module directly in baselines/, not in a sub-package ({BASELINES_FLOORS})"
+    ]
+    down = "from baselines.algorithm.losses import ppo_clip_loss\n"
+    assert not sub_floor_problems({**modules, "baselines.training.planted": (down, False)})

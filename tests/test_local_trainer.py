@@ -16,7 +16,7 @@ needs = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def tiny_model():
-    from baselines.models import tiny_model_dir
+    from baselines.weights.models import tiny_model_dir
 
     return str(tiny_model_dir())
 
@@ -24,7 +24,7 @@ def tiny_model():
 @needs
 @pytest.mark.parametrize("estimator", ["reinforce_pp", "grpo", "outcome"])
 def test_two_iterations_update_every_role(tiny_model, tmp_path, estimator):
-    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
 
     cfg = TrainConfig(
         model=tiny_model,
@@ -72,7 +72,7 @@ def test_train_batch_takes_several_steps_against_the_policy_before_the_first(tin
     """``train_batch`` splits a set of weights' samples into mini-batches, one optimiser step each (the update is the
     loop's, for either trainer): the later steps' ratio is against a policy pass before the first step, so a pass
     runs even without a KL term, and the steps' figures are reported together."""
-    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
 
     cfg = TrainConfig(
         model=tiny_model,
@@ -98,7 +98,7 @@ def test_train_batch_takes_several_steps_against_the_policy_before_the_first(tin
 
 @needs
 def test_resume_continues_after_the_latest_checkpoint(tiny_model, tmp_path):
-    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
 
     cfg = TrainConfig(
         model=tiny_model,
@@ -128,7 +128,7 @@ def test_resume_continues_after_the_latest_checkpoint(tiny_model, tmp_path):
     # resuming with another learning rate (or estimator, coach, ...) would mix two experiments: refused up front
     from dataclasses import replace
 
-    from baselines.store import check_resumable
+    from baselines.runs.store import check_resumable
 
     check_resumable(replace(cfg, iterations=3, concurrency=4))  # more iterations, other parallelism: fine
     with pytest.raises(ValueError, match=r"configured otherwise \(lr: 0.001 then, 0.0005 now\)"):
@@ -143,7 +143,7 @@ def test_resume_continues_after_the_latest_checkpoint(tiny_model, tmp_path):
 
 @needs
 def test_grpo_with_one_sample_per_prompt_is_refused(tiny_model, tmp_path):
-    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
 
     cfg = TrainConfig(
         model=tiny_model,
@@ -161,8 +161,8 @@ def test_grpo_with_one_sample_per_prompt_is_refused(tiny_model, tmp_path):
 @needs
 def test_dsbench_trains_every_role(tiny_model, tmp_path):
     """DSBench plugs into the trainer like MathChat: three roles, tool turns, the host-scored outcome stored."""
-    from baselines.local_trainer import LocalTrainer, TrainConfig
-    from baselines.store import TrajectoryStore
+    from baselines.runs.store import TrajectoryStore
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
     from mappa_envs.core import read_jsonl
 
     cfg = TrainConfig(
@@ -200,7 +200,7 @@ def test_a_trainer_class_is_checked_as_the_trainer_it_is(tiny_model, tmp_path, m
     """``LocalTrainer(cfg)`` with the field's default ``trainer="ray"``: the memory check estimates the local
     trainer (one process, no engines), and config.json says so. Checked as a Ray run (three vLLM engines, ~10 GiB),
     the tiny model was refused under a 4 GB budget (CI saw it when other tests held the machine's memory)."""
-    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
 
     monkeypatch.setenv("MAPPA_MEMORY_BUDGET_GB", "4")
     cfg = TrainConfig(model=tiny_model, iterations=1, prompts_per_iteration=2, max_new_tokens=8, out_dir=str(tmp_path))
@@ -215,7 +215,7 @@ def test_a_trainer_class_is_checked_as_the_trainer_it_is(tiny_model, tmp_path, m
 def _role_weights_cfg(tiny_model, out, **overrides):
     """The role-weight tests' run: two iterations of 2 prompts x 2 samples, 12 tokens, the length coach (its scores
     differ between the random model's actions), cut responses kept."""
-    from baselines.local_trainer import TrainConfig
+    from baselines.training.local_trainer import TrainConfig
 
     base = dict(
         model=tiny_model,
@@ -237,7 +237,7 @@ def test_role_weights_frozen_and_shared(tiny_model, tmp_path):
     """The role-to-weights map on the single-process trainer: a frozen role acts and is never updated (its weights
     bit-identical after training, its samples not trained on); two shared roles train one set of weights with one
     step on both roles' samples; the frozen role's weights are not the trained ones."""
-    from baselines.local_trainer import LocalTrainer
+    from baselines.training.local_trainer import LocalTrainer
 
     cfg = _role_weights_cfg(
         tiny_model, tmp_path, role_weights={"verifier": "frozen", "code_executor": "shared:problem_solver"}
@@ -268,7 +268,7 @@ def test_rollouts_from_trains_on_another_runs_episodes_rescored(tiny_model, tmp_
     """Issue 20, item 4: `--rollouts-from RUN --coach rule` trains on RUN's stored episodes (no new rollouts),
     each action re-scored by the rule coach (its reward the new score / 10, the source's evaluation kept beside
     it), flagged as off-policy in the metrics; a source without the iterations asked for is refused up front."""
-    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
     from mappa_envs.core import read_jsonl
 
     common = dict(
@@ -326,8 +326,8 @@ def test_lora_shared_and_frozen_roles(tiny_model, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from baselines.local_trainer import LocalTrainer
-    from baselines.lora import AdapterView
+    from baselines.training.local_trainer import LocalTrainer
+    from baselines.weights.lora import AdapterView
 
     cfg = _role_weights_cfg(
         tiny_model,
@@ -381,7 +381,7 @@ def test_three_lora_roles_each_train_their_own_adapter_on_one_base(tiny_model, t
     """Every role a LoRA adapter on the one base, with the KL term on (each role's reference pass disables the
     adapters): after training every adapter moved, each differently, and no base tensor did."""
     pytest.importorskip("peft")
-    from baselines.local_trainer import LocalTrainer
+    from baselines.training.local_trainer import LocalTrainer
 
     roles = ("problem_solver", "code_executor", "verifier")
     cfg = _role_weights_cfg(
@@ -406,8 +406,8 @@ def test_three_lora_roles_each_train_their_own_adapter_on_one_base(tiny_model, t
 def test_a_role_on_its_own_base_model(tiny_model, tmp_path):
     """`verifier=full@DIR` on the single-process trainer: the verifier learns from another model (a random Llama of
     another shape), with its own tokenizer; the other roles stay on the team's model."""
-    from baselines.local_trainer import LocalTrainer
-    from baselines.models import random_llama
+    from baselines.training.local_trainer import LocalTrainer
+    from baselines.weights.models import random_llama
 
     other = random_llama(
         tmp_path / "other",

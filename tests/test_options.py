@@ -12,13 +12,13 @@ from typing import Literal
 
 import pytest
 
-from baselines import checks
 from baselines.config import TrainConfig
-from baselines.evaluate import EvalConfig
+from baselines.evaluation.evaluate import EvalConfig
 from baselines.fields import base_type, choices, field_types, flag, negative_flags, option, resume_may_change
-from baselines.memory import as_flags
-from baselines.presets import preset
-from baselines.store import RESUME_MAY_CHANGE
+from baselines.planning import checks
+from baselines.planning.memory import as_flags
+from baselines.planning.presets import preset
+from baselines.runs.store import RESUME_MAY_CHANGE
 from benchmarks import cli
 from benchmarks.commands import ablate
 from benchmarks.commands import evaluate as eval_command

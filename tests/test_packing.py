@@ -1,15 +1,16 @@
-"""Prefix-shared packing (:mod:`baselines.packing`) computes exactly what padded rows compute: every sample's
-response log-probs and the gradient of any weighted sum of them, with fewer positions; packs respect their token
-budget; the trainer's plan keeps a pack's samples on one rank."""
+"""Prefix-shared packing (:mod:`baselines.ray_learner.packing`) computes exactly what padded rows compute: every
+sample's response log-probs and the gradient of any weighted sum of them, with fewer positions; packs respect their
+token budget; the trainer's plan keeps a pack's samples on one rank."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from baselines.algorithm.samples import TokenBatch, token_logprobs
 from baselines.config import TrainConfig
-from baselines.distributed import plan_shards
-from baselines.packing import (
+from baselines.ray_learner.distributed import plan_shards
+from baselines.ray_learner.packing import (
     build_pack,
     distinct_tokens,
     pack_samples,
@@ -19,7 +20,6 @@ from baselines.packing import (
     shared_prefix,
     strip_prefix,
 )
-from baselines.samples import TokenBatch, token_logprobs
 
 P = [5, 6, 7, 8, 9]  # a shared system prompt
 ROWS = [
@@ -176,7 +176,7 @@ def test_models_whose_attention_a_pack_cannot_stand_for_are_named():
     layer of another kind, or a model without attention is named (and a window longer than any row is fine)."""
     from transformers import Gemma3TextConfig, LlamaConfig, MambaConfig, MistralConfig, PretrainedConfig, Qwen2Config
 
-    from baselines.shapes import check_packable, packing_problem
+    from baselines.weights.shapes import check_packable, packing_problem
 
     assert packing_problem(LlamaConfig(), 800) is None
     assert packing_problem(Qwen2Config(), 800) is None  # its window is off (use_sliding_window false)
@@ -211,8 +211,8 @@ def test_the_ray_trainer_refuses_a_sliding_window_model_with_packs_before_ray_st
     import ray
     from transformers import MistralConfig
 
-    from baselines.models import tiny_model_dir
-    from baselines.ray_trainer import RayTrainer
+    from baselines.training.ray_trainer import RayTrainer
+    from baselines.weights.models import tiny_model_dir
 
     other = tmp_path / "mistral"
     shutil.copytree(tiny_model_dir(), other)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from baselines.protocol import (
+from baselines.evaluation.protocol import (
     PROTOCOLS,
     format_leaderboard,
     leaderboard,
@@ -33,7 +33,7 @@ class _Sum:
 
 
 def _result(tmp_path, off, name):
-    from baselines.evaluate import EvalConfig, evaluate
+    from baselines.evaluation.evaluate import EvalConfig, evaluate
 
     t = track("mappa-bench-v1", "mathchat-cpu")
     cfg = EvalConfig(
@@ -77,7 +77,7 @@ def test_result_files_and_the_leaderboard(tmp_path):
 def test_mappa_eval_under_the_protocol_writes_a_valid_result_file(tmp_path, monkeypatch):
     """`mappa eval --protocol mappa-bench-v1 --track mathchat-cpu --run RUN` (the team's policies scripted here;
     the engines are those of every `mappa eval`); then `mappa report compare` renders the leaderboard."""
-    import baselines.teams
+    import baselines.evaluation.teams
     from benchmarks.cli import main
 
     run = tmp_path / "run"
@@ -86,7 +86,7 @@ def test_mappa_eval_under_the_protocol_writes_a_valid_result_file(tmp_path, monk
         (run / "models" / role / "config.json").write_text("{}")
     (run / "config.json").write_text(json.dumps({"seed": 3, "env_kwargs": {"split": "arith1-train"}}))
     (run / "metrics.jsonl").write_text(json.dumps({"episodes": 16, "gen_tok_s": 100.0, "rollout_s": 2.0}) + "\n")
-    monkeypatch.setattr(baselines.teams, "build_policies", lambda team, cfg, engines=None: _Sum(0))
+    monkeypatch.setattr(baselines.evaluation.teams, "build_policies", lambda team, cfg, engines=None: _Sum(0))
     out = tmp_path / "eval"
     argv = ["eval", "--protocol", "mappa-bench-v1", "--track", "mathchat-cpu", "--sandbox", "subprocess"]
     assert main([*argv, "--run", str(run), "--out", str(out)]) == 0

@@ -112,7 +112,7 @@ def _check_run(out: Path, engine: str, rank: str) -> None:
 
 def test_the_head_asks_for_a_token(cluster):
     """The cluster really uses token authentication: the head refuses a question without one."""
-    code = "from baselines.ray_connect import ask_head; import sys; print(ask_head(sys.argv[1]))"
+    code = "from baselines.ray_learner.ray_connect import ask_head; import sys; print(ask_head(sys.argv[1]))"
     got = subprocess.run(
         [sys.executable, "-c", code, cluster.address], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60
     )

@@ -26,7 +26,7 @@ COACH = "mappa_envs.coach:LengthCoach"  # scores that differ between a random mo
 
 
 def test_balance_spreads_tokens_and_drops_nothing():
-    from baselines.distributed import balance, micro_batches
+    from baselines.ray_learner.distributed import balance, micro_batches
 
     costs = [900, 100, 500, 500, 300, 700, 50]
     shards = balance(costs, 3)
@@ -44,8 +44,8 @@ def trained(tmp_path_factory):
     after."""
     import ray
 
-    from baselines.presets import preset
-    from baselines.ray_trainer import RayTrainer
+    from baselines.planning.presets import preset
+    from baselines.training.ray_trainer import RayTrainer
 
     out = tmp_path_factory.mktemp("smoke")
     # float32 engines: the checks below compare the engines' log-probs with the trainer's to float32 precision
@@ -89,7 +89,7 @@ def test_smoke_runs_two_iterations_for_every_role(trained):
 def test_rollouts_keep_the_engines_sampled_ids_and_training_uses_them(trained):
     """Every action of the stored rollouts carries the token ids vLLM sampled (the random model never samples EOS in
     32 tokens: every one is cut at max_new_tokens) and they decode to the action; the samples train on them."""
-    from baselines.samples import samples_from_episodes
+    from baselines.algorithm.samples import samples_from_episodes
     from mappa_envs.core import read_jsonl
 
     records = read_jsonl(trained["out"] / "rollouts" / "iter-00000.jsonl")
@@ -112,7 +112,7 @@ def test_the_policy_log_probs_come_from_the_engines_and_no_pass_recomputes_them(
     with the rollouts, one per sampled token), the trainer runs no policy pass, and no reference pass before its
     first step (the policy is the reference then: KL exactly 0). The engine's and the trainer's log-probs of the
     same tokens under the same weights agree closely (rollout_logp_gap, measured in the step's forward pass)."""
-    from baselines.samples import samples_from_episodes
+    from baselines.algorithm.samples import samples_from_episodes
     from mappa_envs.core import read_jsonl
 
     records = read_jsonl(trained["out"] / "rollouts" / "iter-00000.jsonl")
@@ -133,7 +133,7 @@ def test_engine_outputs_change_after_sync_and_match_the_trainer_weights(trained)
     greedy sample of a tiny random model often keeps its argmax through small updates, log-probs never do."""
     from transformers import AutoModelForCausalLM
 
-    from baselines.models import resolve_model
+    from baselines.weights.models import resolve_model
 
     probe = torch.tensor([trained["probe"]])
     path = resolve_model(trained["cfg"].model)
@@ -175,8 +175,8 @@ import json
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from baselines.engines import VLLMEngine, pack_weights
-from baselines.models import tiny_model_dir
+from baselines.ray_learner.engines import VLLMEngine, pack_weights
+from baselines.weights.models import tiny_model_dir
 
 path = str(tiny_model_dir())
 tok = AutoTokenizer.from_pretrained(path)
@@ -203,15 +203,15 @@ print(json.dumps({"synced_gap": float((after - ref).abs().max()), "moved": float
 
 
 def test_the_local_and_the_ray_learner_take_the_same_first_update(tmp_path):
-    """The update is written once (baselines/update.py) and the trainers differ only in their learner: on the same
-    samples from the same weights, the single-process learner (torch, in this process) and the Ray learner (a
+    """The update is written once (baselines/training/update.py) and the trainers differ only in their learner: on the
+    same samples from the same weights, the single-process learner (torch, in this process) and the Ray learner (a
     DeepSpeed ZeRO-3 rank; its vLLM engine) report the same figures for the first update, and their weights after it
     give the samples the same log-probs, within float32 tolerance of how far the step moved them. Two roles share
     one set of weights (``share_model``): the owner grouping is exercised too."""
+    from baselines.algorithm.samples import samples_from_episodes
     from baselines.config import TrainConfig
-    from baselines.local_trainer import LocalTrainer
-    from baselines.ray_trainer import RayTrainer
-    from baselines.samples import samples_from_episodes
+    from baselines.training.local_trainer import LocalTrainer
+    from baselines.training.ray_trainer import RayTrainer
 
     common = dict(
         model="tiny-random",
@@ -339,7 +339,7 @@ def test_sigkill_mid_run_then_resume_loses_no_rollout(tmp_path):
     LoRA acceptance run.)"""
     from safetensors.torch import load_file
 
-    from baselines.models import random_llama
+    from baselines.weights.models import random_llama
 
     other = random_llama(
         tmp_path / "other",
@@ -469,7 +469,7 @@ def test_issue_18_acceptance_lora_shared_and_frozen(tmp_path):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from baselines.models import resolve_model
+    from baselines.weights.models import resolve_model
 
     out = tmp_path / "run"
     args = ["--coach", COACH, "--role-weights", "problem_solver=lora", "--role-weights"]

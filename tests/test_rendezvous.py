@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from baselines.rendezvous import pick_ports, port_range, start_ranks
+from baselines.ray_learner.rendezvous import pick_ports, port_range, start_ranks
 
 
 class _ActorError(Exception):

@@ -14,8 +14,8 @@ pytestmark = [
 
 
 def _run(path, estimator):
-    from baselines.local_trainer import LocalTrainer, TrainConfig
-    from baselines.models import tiny_model_dir
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
+    from baselines.weights.models import tiny_model_dir
 
     cfg = TrainConfig(
         model=str(tiny_model_dir()),

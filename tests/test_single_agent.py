@@ -6,7 +6,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import mappa_envs
-from baselines.policies import ScriptedPolicy
+from baselines.weights.policies import ScriptedPolicy
 from mappa_envs.coach import CoachRewardWrapper, RuleBasedCoach
 from mappa_envs.core.single_agent import SingleAgentView
 

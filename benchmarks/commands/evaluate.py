@@ -15,7 +15,7 @@ from .common import OldSpelling, env_args, key_values
 from .options import add_options, given
 
 EVAL_OWN = ("suites", "env_kwargs", "mathchat_kwargs", "dsbench_kwargs")
-"""The fields of :class:`~baselines.evaluate.EvalConfig` made by :func:`_eval_config` (from ``--suites`` and
+"""The fields of :class:`~baselines.evaluation.evaluate.EvalConfig` made by :func:`_eval_config` (from ``--suites`` and
 ``--tasks``, the runs' arguments and ``--env-arg``); every other field is an option of its own."""
 
 
@@ -36,7 +36,7 @@ class _OldEnvArg(OldSpelling):
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    from baselines.evaluate import EvalConfig
+    from baselines.evaluation.evaluate import EvalConfig
 
     p = sub.add_parser("eval", help="evaluate a team on any registered task (AIME-32, AMC-32, ...), with intervals")
     p.add_argument(
@@ -76,7 +76,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     _add_comparison_options(p)
     _add_team_options(p)
     add_options(
-        p.add_argument_group("evaluation options (each sets one field of baselines.evaluate.EvalConfig)"),
+        p.add_argument_group("evaluation options (each sets one field of baselines.evaluation.evaluate.EvalConfig)"),
         EvalConfig,
         exclude=EVAL_OWN,
         defaults="field",
@@ -140,8 +140,8 @@ def _run_env_kwargs(run_dir: str | None, env_id: str = "mappa/MathChat-v0") -> d
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from baselines.evaluate import evaluate, format_comparison, format_tables, paired_comparison
-    from baselines.teams import build_policies
+    from baselines.evaluation.evaluate import evaluate, format_comparison, format_tables, paired_comparison
+    from baselines.evaluation.teams import build_policies
 
     if args.protocol:
         _apply_protocol(args)
@@ -176,7 +176,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _apply_protocol(args: argparse.Namespace) -> None:
     """The track's fixed settings in place of the options (a differing option is refused, not overridden)."""
-    from baselines.protocol import track
+    from baselines.evaluation.protocol import track
 
     if not args.track:
         raise SystemExit("mappa eval: --protocol needs --track")
@@ -189,7 +189,7 @@ def _apply_protocol(args: argparse.Namespace) -> None:
 
 
 def _write_protocol_result(args: argparse.Namespace, result: dict, out: Path) -> None:
-    from baselines.protocol import result_record, validate_result
+    from baselines.evaluation.protocol import result_record, validate_result
 
     run_cfg = json.loads((Path(args.run) / "config.json").read_text()) if args.run else {}
     method = {
@@ -221,8 +221,8 @@ def _information(args: argparse.Namespace, run_cfg: dict) -> str:
 
 
 def _swap_matrix(args: argparse.Namespace, roles: list[str], teams: dict[str, Any], cfg, out: Path) -> int:
-    from baselines.swap import format_swap_matrix, swap_matrix
-    from baselines.teams import team_from_args
+    from baselines.evaluation.swap import format_swap_matrix, swap_matrix
+    from baselines.evaluation.teams import team_from_args
 
     if not args.run:
         raise SystemExit("mappa eval: --swap-matrix needs --run RUN (the trained team)")
@@ -244,9 +244,10 @@ def _swapped(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _eval_config(args: argparse.Namespace):
-    """The :class:`~baselines.evaluate.EvalConfig` of the arguments: the suites, the env arguments the trained team
-    (or, comparing a run with the bundled team, that run's) trained with, then ``--env-arg [TASK:]KEY=VALUE``."""
-    from baselines.evaluate import EvalConfig
+    """The :class:`~baselines.evaluation.evaluate.EvalConfig` of the arguments: the suites, the env arguments the
+    trained team (or, comparing a run with the bundled team, that run's) trained with, then ``--env-arg
+    [TASK:]KEY=VALUE``."""
+    from baselines.evaluation.evaluate import EvalConfig
 
     suites = list(args.suites or ([] if args.tasks else ["aime", "amc", "dsbench"]))
     suites += [f"tasks:{path}" for path in args.tasks]
@@ -341,7 +342,7 @@ def _run_task_args(args: argparse.Namespace, suites: list[str], compared: str | 
 
 def _roles(cfg) -> list[str]:
     """Every role of the suites' envs, in order of appearance."""
-    from baselines.evaluate import suite_env
+    from baselines.evaluation.evaluate import suite_env
     from mappa_envs import make
 
     roles: list[str] = []
@@ -356,7 +357,7 @@ def _roles(cfg) -> list[str]:
 def _teams(args: argparse.Namespace, roles: list[str]) -> dict[str, dict[str, Any]]:
     """The team evaluated and, with ``--compare``, the baseline: the bundled model in every role, or another run's
     exported models."""
-    from baselines.teams import team_from_args
+    from baselines.evaluation.teams import team_from_args
 
     teams = {
         "team": team_from_args(

@@ -1,7 +1,7 @@
 """Command-line options generated from the configuration dataclasses (:mod:`baselines.fields`): one flag per field
 of :class:`~baselines.config.TrainConfig` (``mappa train``, and every arm of ``mappa ablate``) and of
-:class:`~baselines.evaluate.EvalConfig` (``mappa eval``), its help the first sentence of the field's docstring, its
-choices the field's ``Literal``. A new option is a new field; nothing here names one.
+:class:`~baselines.evaluation.evaluate.EvalConfig` (``mappa eval``), its help the first sentence of the field's
+docstring, its choices the field's ``Literal``. A new option is a new field; nothing here names one.
 
 How a field's type is given:
 

@@ -84,7 +84,7 @@ def cmd_report_coach_agreement(args: argparse.Namespace) -> int:
 
 
 def cmd_report_compare(args: argparse.Namespace) -> int:
-    from baselines.protocol import format_leaderboard, leaderboard, load_result
+    from baselines.evaluation.protocol import format_leaderboard, leaderboard, load_result
     from benchmarks.report import _html
 
     try:

@@ -113,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _load_policies(args: argparse.Namespace, roles: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The transformers policies of ``--model`` / ``--role-model``: (each distinct model once, the policy per role)."""
     from baselines import GenerationConfig, TransformersPolicy
-    from baselines.models import DEFAULT_MODEL
+    from baselines.weights.models import DEFAULT_MODEL
 
     gen = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, batch_size=args.batch_size)
     per_role = key_values(args.role_model, "--role-model")

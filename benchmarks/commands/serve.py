@@ -78,7 +78,8 @@ def policies_from_args(
 ) -> dict[str, Any]:
     """Who plays each role named in ``--policy ROLE=SPEC`` items, by role:
 
-    - ``MODEL@URL``: :class:`baselines.teams.OpenAIPolicy` (an OpenAI-compatible endpoint; its calls run at once);
+    - ``MODEL@URL``: :class:`baselines.evaluation.teams.OpenAIPolicy` (an OpenAI-compatible endpoint; its calls run at
+      once);
     - ``run:RUN_DIR``: the model a training run exported for ROLE (``RUN_DIR/models/ROLE``);
     - ``model:NAME_OR_PATH``: a local model (``smollm2-135m``, ``tiny-random``, a folder);
     - ``scripted:REPLY``: :class:`~mappa_envs.core.ScriptedPolicy` always giving REPLY.
@@ -104,7 +105,7 @@ def policies_from_args(
         elif value.startswith("model:") and value[len("model:") :]:
             local[role] = {"kind": "local", "model": value[len("model:") :]}
         elif "@" in value and value.split("@", 1)[0]:
-            from baselines.teams import OpenAIPolicy
+            from baselines.evaluation.teams import OpenAIPolicy
 
             model, url = value.split("@", 1)
             policies[role] = OpenAIPolicy(url, model, max_tokens=max_tokens, temperature=temperature)
@@ -114,8 +115,8 @@ def policies_from_args(
                 "or ROLE=scripted:REPLY"
             )
     if local:
-        from baselines.evaluate import EvalConfig
-        from baselines.teams import build_policies
+        from baselines.evaluation.evaluate import EvalConfig
+        from baselines.evaluation.teams import build_policies
 
         cfg = EvalConfig(engine=engine, max_new_tokens=max_tokens, temperature=temperature)
         serial: dict[int, SerialPolicy] = {}  # roles sharing one model share one lock

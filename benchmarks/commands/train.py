@@ -70,7 +70,7 @@ def train_config(args: argparse.Namespace):
 
 def cmd_train(args: argparse.Namespace) -> int:
     if args.list_presets:
-        from baselines.presets import preset_lines
+        from baselines.planning.presets import preset_lines
 
         print(preset_lines())
         return 0
@@ -80,7 +80,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(json.dumps(dataclasses.asdict(cfg)), flush=True)  # machine-readable, first line
         return _dry_run(cfg, args.preset, source(args))
-    from baselines.console import setup_run_logging
+    from baselines.runs.console import setup_run_logging
 
     out = Path(cfg.out_dir)
     sandbox = announce_sandbox(cfg)
@@ -92,9 +92,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"library logs: on this console (--verbose), and the driver's in {log_dir / 'driver.log'}", flush=True)
     else:
         print(f"library logs (Ray, vLLM, DeepSpeed, transformers): {log_dir}/ (--verbose shows them here)", flush=True)
-    changes = {  # the Ray trainer's actors write their output to files there (baselines.console.redirect_actor_output)
-        "MAPPA_ACTOR_LOG_DIR": None if args.verbose else str(log_dir.resolve())
-    }
+    # the Ray trainer's actors write their output to files there (baselines.runs.console.redirect_actor_output)
+    changes = {"MAPPA_ACTOR_LOG_DIR": None if args.verbose else str(log_dir.resolve())}
     if sandbox["chosen_by"] == "auto":  # the backend picked once for the whole run: its envs, in this process and
         # the actors, use it without asking again (and without a warning per env: it was said once, above)
         changes.update({"MAPPA_SANDBOX": sandbox["backend"], SANDBOX_RECORD_VAR: json.dumps(sandbox)})
@@ -129,11 +128,11 @@ def _environment(changes: dict[str, str | None]):
 
 def _trainer(cfg):
     if cfg.trainer == "ray":
-        from baselines.ray_trainer import RayTrainer
+        from baselines.training.ray_trainer import RayTrainer
 
         return RayTrainer(cfg)
     if cfg.trainer == "local":
-        from baselines.local_trainer import LocalTrainer
+        from baselines.training.local_trainer import LocalTrainer
 
         return LocalTrainer(cfg)
     raise ValueError(f"trainer must be 'ray' or 'local', not {cfg.trainer!r}")
@@ -187,7 +186,7 @@ def _fmt_categories(before: dict, after: dict) -> list[str]:
 
 
 def _fmt_paired(p: dict) -> str:
-    from baselines.evaluate import test_name
+    from baselines.evaluation.evaluate import test_name
 
     return (
         f"accuracy {p['accuracy_before']:.1%} [{p['ci95_before'][0]:.0%}, {p['ci95_before'][1]:.0%}] -> "
@@ -211,7 +210,7 @@ def _config_table(cfg) -> str:
 
 def _dry_run(cfg, preset_name: str | None, source: str) -> int:
     """``mappa train --dry-run``: the configuration and every pre-flight check; 0 if it can run here, else 1."""
-    from baselines.checks import check_config, failed, format_checks
+    from baselines.planning.checks import check_config, failed, format_checks
 
     print(f"\nconfiguration ({source}):")
     print(_config_table(cfg))
@@ -231,11 +230,12 @@ def _dry_run(cfg, preset_name: str | None, source: str) -> int:
 
 
 def _print_gpu_plan(cfg, preset_name: str | None) -> None:
-    """The GPU plan (:mod:`baselines.gpu_plan`): on this machine's GPUs, or, on a machine without one, on the
-    preset's declared hardware (:data:`baselines.presets.HARDWARE`); nothing for a CPU preset on a CPU machine."""
-    from baselines.gpu_plan import Hardware, plan_report
-    from baselines.memory import _gpu_memory
-    from baselines.presets import HARDWARE
+    """The GPU plan (:mod:`baselines.planning.gpu_plan`): on this machine's GPUs, or, on a machine without one, on the
+    preset's declared hardware (:data:`baselines.planning.presets.HARDWARE`); nothing for a CPU preset on a CPU
+    machine."""
+    from baselines.planning.gpu_plan import Hardware, plan_report
+    from baselines.planning.memory import _gpu_memory
+    from baselines.planning.presets import HARDWARE
 
     gpus = _gpu_memory()
     if gpus:
@@ -253,7 +253,7 @@ def _print_gpu_plan(cfg, preset_name: str | None) -> None:
 def _train(cfg, out: Path, log_dir: Path) -> int:
     """``mappa train`` after the configuration is shown and the logs are set up: build, evaluate, train, evaluate."""
     from baselines.config import config_record
-    from baselines.store import FinishedRun, check_resumable
+    from baselines.runs.store import FinishedRun, check_resumable
 
     t0 = time.monotonic()
     try:
@@ -270,7 +270,7 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
     (out / "config.json").write_text(json.dumps(config_record(cfg), indent=2))  # before anything is stored
     try:
         trainer = _trainer(cfg)
-    except ValueError as e:  # a configuration the checks refuse (baselines.checks): the reasons, no traceback
+    except ValueError as e:  # a configuration the checks refuse (baselines.planning.checks): the reasons, no traceback
         if not str(e).startswith("the training configuration cannot run here"):
             raise
         print(f"mappa train: {e}", file=sys.stderr)
@@ -297,7 +297,7 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
     finally:
         trainer.close()
     if not cfg.keep_finished_checkpoints:
-        from baselines.store import drop_finished_checkpoints
+        from baselines.runs.store import drop_finished_checkpoints
 
         drop_finished_checkpoints(out, list(trainer.roles), log=lambda line: print(line, flush=True))
     print(f"done in {time.monotonic() - t0:.0f}s; outputs in {cfg.out_dir} (library logs in {log_dir})")
@@ -306,9 +306,9 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
 
 def cluster_joinable(prog: str) -> bool:
     """Whether the Ray cluster named by ``RAY_ADDRESS`` (``--ray-address``) accepts this process, asked before the
-    models load (a few seconds: :func:`baselines.ray_connect.join`); its paragraph on stderr when it does not. True
-    without an address (a local cluster of our own)."""
-    from baselines.ray_connect import RayConnectError, join
+    models load (a few seconds: :func:`baselines.ray_learner.ray_connect.join`); its paragraph on stderr when it does
+    not. True without an address (a local cluster of our own)."""
+    from baselines.ray_learner.ray_connect import RayConnectError, join
 
     try:
         join()

@@ -1,5 +1,5 @@
 """The ``arith2-*`` splits: word problems whose learning must be general (the ``mathchat-cpu`` track of
-``mappa-bench-v2``, :mod:`baselines.protocol`).
+``mappa-bench-v2``, :mod:`baselines.evaluation.protocol`).
 
 ==========================  =====  ===================================================================
 split                       tasks  contents

@@ -8,7 +8,7 @@ alone in its group has no baseline and gets 0.
 
 import torch
 
-from baselines.advantages import AdvantageBatch, groups_of, register_estimator, returns_to_go, token_rewards
+from baselines.algorithm.advantages import AdvantageBatch, groups_of, register_estimator, returns_to_go, token_rewards
 
 
 def leave_one_out(rewards: torch.Tensor, group_ids: list[str]) -> torch.Tensor:
