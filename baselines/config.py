@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from baselines.fields import choices, one_of, option
-from baselines.weights.dtypes import native_bf16, resolve_engine_dtype
+from baselines.weights import dtypes
 from baselines.weights.role_weights import spec_forms_help
 from mappa_envs.coach.rescore import coach_specs_help
 
@@ -292,13 +292,13 @@ class TrainConfig:
             return "cpu"
 
     def resolved_engine_dtype(self) -> str:
-        return resolve_engine_dtype(self.engine_dtype, self.resolved_device(), self.resolved_dtype())
+        return dtypes.resolve_engine_dtype(self.engine_dtype, self.resolved_device(), self.resolved_dtype())
 
     def resolved_autocast(self) -> str | None:
         """The dtype the trainer's forward passes autocast to, or None (they compute in the weights' dtype)."""
         if self.autocast != "auto":
             return None if self.autocast == "off" else self.autocast
-        return "bfloat16" if self.resolved_dtype() == "float32" and native_bf16(self.resolved_device()) else None
+        return "bfloat16" if self.resolved_dtype() == "float32" and dtypes.native_bf16(self.resolved_device()) else None
 
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":

@@ -31,7 +31,7 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # are removed, before the trainer's first message: every `mappa train` imports them within seconds anyway.
 PRELOAD = ("torch", "transformers.utils.logging", "huggingface_hub.utils", "ray")
 # Warnings raised from these folders (the project's own code) are meant for the user: still shown on the console.
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the four packages
 _PROJECT = tuple(str(_ROOT / name) + os.sep for name in ("baselines", "mappa_envs", "sandboxes", "benchmarks"))
 _TAG = "_mappa_console"  # marks the handlers installed here (idempotence, reset)
 _saved_root_level: int | None = None
