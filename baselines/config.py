@@ -5,13 +5,19 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import sandboxes
 from baselines.fields import choices, one_of, option
 from baselines.weights import dtypes
 from baselines.weights.role_weights import spec_forms_help
+from mappa_envs.coach import coach_from_spec
+from mappa_envs.coach.information import reward_information
 from mappa_envs.coach.rescore import coach_specs_help
+
+# torch and the estimators (baselines.algorithm.advantages, which imports torch) are imported inside the functions that
+# use them: importing this module (the CLI, the checks, a dry run) loads none of them.
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 """A weights dtype: 'auto' is resolved by the device (:meth:`TrainConfig.resolved_dtype`)."""
@@ -312,8 +318,6 @@ run's envs then use): the record of how it was picked, so that the run's ``confi
 
 
 def _sandbox_choice(spec: str | None, image: str | None) -> dict[str, Any]:
-    import sandboxes
-
     chosen_by = "the env's sandbox argument"
     if spec is None:
         spec = sandboxes.default_backend()
@@ -357,8 +361,6 @@ def run_coach(cfg: TrainConfig, url: str | None = None, *, describe: bool = Fals
     the checks and ``config.json`` build it; ``ValueError`` for a spec or option it refuses. ``vllm:MODEL`` (a coach
     the trainer serves itself, :mod:`baselines.ray_learner.coach_engine`) is the LLM coach through the server at
     ``url``; ``describe``: a stand-in address, for what the coach is and sees, never called."""
-    from mappa_envs.coach import coach_from_spec
-
     if served_model(cfg.coach) is not None:
         if url is None and not describe:
             raise ValueError(f"--coach {cfg.coach}: the trainer serves this coach, and no server was started")
@@ -372,10 +374,6 @@ def config_record(cfg: TrainConfig) -> dict[str, Any]:
     (:mod:`mappa_envs.coach.information`: ``outcome`` for an outcome-only estimator or no coach, else the coach's);
     ``numerics``, what 'auto' resolved to on this machine (device, the trainer's weights and matmuls, the
     engines' weights); and ``sandbox``, where agent code runs (:func:`sandbox_choice`)."""
-    from dataclasses import asdict
-
-    from mappa_envs.coach.information import reward_information
-
     process = process_reward(cfg)
     coach = None if cfg.coach == "none" or not process else run_coach(cfg, describe=True)
     numerics = {

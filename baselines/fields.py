@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import inspect
 import itertools
+import json
 import re
 import textwrap
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal
+
+# PyYAML is imported where a YAML config is read: it is optional (the train extra).
 
 _MISSING: Any = dataclasses.MISSING
 
@@ -129,8 +134,6 @@ def values_from_mapping(cls: type, data: dict[str, Any], *, ignore: tuple[str, .
     types_ = field_types(cls)
     unknown = sorted(k for k in data if k not in types_ and k not in ignore)
     if unknown:
-        import difflib
-
         near = {k: difflib.get_close_matches(k, list(types_), n=1) for k in unknown}
         hint = "; ".join(f"{k!r}: did you mean {m[0]!r}?" for k, m in near.items() if m)
         raise ValueError(
@@ -144,9 +147,6 @@ def values_from_mapping(cls: type, data: dict[str, Any], *, ignore: tuple[str, .
 def read_mapping(path: str) -> dict[str, Any]:
     """A configuration file's mapping: JSON (``.json``) or YAML (``.yaml``, ``.yml``; needs PyYAML). A file that
     is not a mapping, or does not parse, is an error naming it."""
-    import json
-    from pathlib import Path
-
     p = Path(path)
     try:
         text = p.read_text()

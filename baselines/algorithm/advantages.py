@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 
 import torch
 
@@ -187,7 +188,6 @@ def load_estimator_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    from importlib.metadata import entry_points
 
     for ep in entry_points(group=PLUGIN_GROUP):
         ep.load()()

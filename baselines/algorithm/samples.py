@@ -19,12 +19,16 @@ Its reward is the reward the (wrapped) env gave the action (``ActionRecord.rewar
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mappa_envs.core import CoachEvaluation, EpisodeRecord, Message
+
+# torch are imported inside the functions that use them: importing this module (the CLI, the checks, a dry run) loads
+# none of them.
 
 
 @dataclass
@@ -231,8 +235,6 @@ def autocast(dtype: str | None, device: Any) -> Any:
     """A context in which forward passes on ``device`` run under ``torch.autocast`` in ``dtype`` (mixed precision:
     the weights and their gradients keep their own dtype), or does nothing for ``dtype`` None
     (``TrainConfig.resolved_autocast``)."""
-    import contextlib
-
     import torch
 
     if dtype is None:

@@ -4,6 +4,7 @@ same problems, each ``eval_samples`` times, with per-episode outcomes for the pa
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,6 +12,9 @@ import mappa_envs
 from baselines.config import TrainConfig
 from baselines.evaluation.rollout import run_episodes
 from baselines.weights.policies import Policy
+from mappa_envs.heldout import heldout_env_kwargs
+from mappa_envs.metrics import accuracy, role_behaviour, role_stats
+from mappa_envs.sealed import log_access
 
 
 def evaluate_heldout(
@@ -29,10 +33,6 @@ def evaluate_heldout(
     ``split`` (``cfg.eval_split``) picks the held-out split of a task with named splits; a task without ignores
     it. Each held-out task is one problem: ``episodes`` is capped at their number. Raises
     :class:`mappa_envs.heldout.NoHeldOutTasks` when the task declares none."""
-    from mappa_envs.heldout import heldout_env_kwargs
-    from mappa_envs.metrics import accuracy, role_behaviour, role_stats
-    from mappa_envs.sealed import log_access
-
     k = samples or cfg.eval_samples
     kwargs = heldout_env_kwargs(cfg.env_id, cfg.env_kwargs, split, unseal=cfg.unseal_test)
     episodes, tool_role, categories = _probe_heldout(cfg.env_id, kwargs, episodes)
@@ -78,8 +78,6 @@ def _probe_heldout(env_id: str, kwargs: dict[str, Any], episodes: int) -> tuple[
     held-out tasks when there are fewer (with a warning: each is evaluated once); the team's first role with
     tools (MathChat's code executor), or None; each task's category (its metadata's ``op``, else ``kind``, else
     ``"all"``)."""
-    import warnings
-
     probe = mappa_envs.make(env_id, **kwargs)
     tasks = probe.unwrapped.tasks
     n_tasks = len(tasks)

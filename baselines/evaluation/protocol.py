@@ -27,6 +27,9 @@ from typing import Any
 from mappa_envs.metrics import paired_test, wilson_interval
 from mappa_envs.sealed import code_version
 
+# torch are imported inside the functions that use them: importing this module (the CLI, the checks, a dry run) loads
+# none of them.
+
 
 @dataclass(frozen=True)
 class Budget:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from baselines.evaluation import teams  # teams.build_policies at call time (a test replaces it)
 from baselines.evaluation.evaluate import EvalConfig, evaluate, paired_comparison
 
 Team = Mapping[str, Mapping[str, str]]
@@ -48,8 +49,6 @@ def swap_matrix(
     """Evaluate every combination of ``trained`` and ``base`` per role on ``cfg``'s suites (the same episodes),
     each into ``out_dir/<combination>/``; returns the rows with their paired tests against base and all-trained,
     also written to ``out_dir/swap_matrix.json``."""
-    from baselines.evaluation.teams import build_policies
-
     out = Path(out_dir)
     engines: dict[str, Any] = {}  # one engine per model, shared across combinations
     results = []
@@ -57,7 +56,7 @@ def swap_matrix(
         name = combination_name(roles, subset)
         log(f"[swap matrix] {name}")
         folder = out / ("-".join(r for r in roles if r in subset) or "base")
-        result = evaluate(build_policies(team, cfg, engines=engines), cfg, out_dir=folder, team=team, log=log)
+        result = evaluate(teams.build_policies(team, cfg, engines=engines), cfg, out_dir=folder, team=team, log=log)
         results.append((subset, name, result))
     first, last = results[0][2], results[-1][2]
     rows = [

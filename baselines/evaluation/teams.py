@@ -3,12 +3,20 @@ and the policies that play them (an in-process vLLM engine per distinct model, t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from baselines.evaluation.evaluate import EvalConfig
+from baselines.ray_learner.engines import VLLMEngine, VLLMPolicy
+from baselines.weights.dtypes import resolve_engine_dtype
+from baselines.weights.models import resolve_model
+from baselines.weights.policies import GenerationConfig, TransformersPolicy
+
+# torch and transformers are imported inside the functions that use them: importing this module (the CLI, the checks, a
+# dry run) loads none of them; openai is optional (the coach extra).
 
 
 class OpenAIPolicy:
@@ -27,8 +35,6 @@ class OpenAIPolicy:
         concurrency: int = 8,
         timeout_s: float = 600.0,
     ):
-        import os
-
         from openai import OpenAI
 
         self.client = OpenAI(base_url=base_url, api_key=os.environ.get(api_key_env, "EMPTY"), timeout=timeout_s)
@@ -110,8 +116,6 @@ def build_policies(
     """Policies for ``team`` (see :func:`team_from_args`); roles with the same local model share one engine.
     ``engines``: a cache of the local models' policies by path, shared across teams
     (:mod:`baselines.evaluation.swap`)."""
-    from baselines.weights.models import resolve_model
-
     shared: dict[str, Any] = engines if engines is not None else {}
     policies = {}
     for role, who in team.items():
@@ -130,9 +134,6 @@ def build_policies(
             if cfg.engine == "vllm":
                 from transformers import AutoTokenizer
 
-                from baselines.ray_learner.engines import VLLMEngine, VLLMPolicy
-                from baselines.weights.dtypes import resolve_engine_dtype
-
                 engine = VLLMEngine(
                     path,
                     dtype=resolve_engine_dtype(cfg.engine_dtype, _device()),
@@ -148,8 +149,6 @@ def build_policies(
                     top_p=cfg.top_p,
                 )
             elif cfg.engine == "transformers":
-                from baselines.weights.policies import GenerationConfig, TransformersPolicy
-
                 gen = GenerationConfig(max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
                 shared[path] = TransformersPolicy(path, gen, seed=cfg.seed)
             else:

@@ -25,16 +25,27 @@ The memory estimate and its calibration are in :mod:`baselines.planning.memory`.
 
 from __future__ import annotations
 
+import importlib.util
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import mappa_envs
 from baselines.config import TrainConfig, process_reward, run_coach, served_model
 from baselines.fields import choice_problems, choices
 from baselines.planning.memory import as_flags, estimate_memory, suggest_settings
+from baselines.ray_learner.cluster import placement_key_problems
 from baselines.ray_learner.ray_connect import target as ray_target
+from baselines.runs.offline import source_config
+from baselines.weights.models import resolve_model
 from baselines.weights.role_weights import effective_role_weights, role_specs, spec_problems
 from baselines.weights.shapes import locate_model, model_shape
+from mappa_envs.heldout import heldout_env_kwargs
+
+# the estimators (baselines.algorithm.advantages, which imports torch) are imported inside the functions that use them:
+# importing this module (the CLI, the checks, a dry run) loads none of them.
 
 
 @dataclass
@@ -58,8 +69,6 @@ def _check_model(cfg: TrainConfig) -> tuple[Check, Path | None]:
 
 
 def _probe_env(env_id: str, kwargs: dict[str, Any]) -> tuple[list[str], int]:
-    import mappa_envs
-
     env = mappa_envs.make(env_id, **kwargs)
     try:
         return [r.name for r in env.unwrapped.roles], len(env.unwrapped.tasks)
@@ -70,10 +79,6 @@ def _probe_env(env_id: str, kwargs: dict[str, Any]) -> tuple[list[str], int]:
 def _prompts(env_id: str, kwargs: dict[str, Any]) -> set[str]:
     """The task prompts of an env, compared on letters and digits (as MathChat removes evaluation problems from its
     pools: differently typeset copies count as the same problem)."""
-    import re
-
-    import mappa_envs
-
     env = mappa_envs.make(env_id, **kwargs)
     try:
         return {re.sub(r"[^a-z0-9]", "", t.prompt.lower()) for t in env.unwrapped.tasks}
@@ -116,9 +121,6 @@ def _check_eval(cfg: TrainConfig) -> Check | None:
     """The held-out tasks the task declares (``heldout_kwargs``) for ``eval_split`` and ``eval_extra_splits``."""
     if not cfg.eval_episodes:
         return None
-    import warnings
-
-    from mappa_envs.heldout import heldout_env_kwargs
 
     if cfg.eval_samples < 1:
         return Check("eval", False, f"eval_samples={cfg.eval_samples}: must be at least 1")
@@ -185,10 +187,6 @@ def _check_coach(cfg: TrainConfig) -> Check:
         return Check("coach", True, f"none ({'coach none' if cfg.coach == 'none' else cfg.estimator}: outcome only)")
     served = served_model(cfg.coach)
     if served is not None:  # the trainer serves it: vLLM and the model must be here
-        import importlib.util
-
-        from baselines.weights.models import resolve_model
-
         if importlib.util.find_spec("vllm") is None:
             return Check(
                 "coach", False, f"--coach {cfg.coach}: the trainer serves it with vLLM, which is not installed"
@@ -216,8 +214,6 @@ def _check_options(cfg: TrainConfig) -> Check:
     if cfg.rollout_is_cap < 0:
         problems.append(f"rollout_is_cap must be 0 (off) or positive, not {cfg.rollout_is_cap}")
     if cfg.rollouts_from:
-        from baselines.runs.offline import source_config
-
         try:
             source_config(cfg)
         except (FileNotFoundError, ValueError) as err:
@@ -302,8 +298,6 @@ def _check_role_weights(cfg: TrainConfig, roles: list[str] | None) -> Check:
 def _check_placement(cfg: TrainConfig, roles: list[str] | None) -> Check:
     """The placement's keys name actors of this task (whether the cluster has the resources is checked when the
     trainer joins it: :func:`baselines.ray_learner.cluster.check_cluster`)."""
-    from baselines.ray_learner.cluster import placement_key_problems
-
     if cfg.trainer != "ray":
         return Check("placement", False, "placement puts the distributed trainer's actors on nodes (trainer='ray')")
     if roles is None:

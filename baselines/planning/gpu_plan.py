@@ -30,9 +30,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from baselines.config import TrainConfig
+from baselines.planning.checks import _probe_env
+from baselines.planning.memory import RANK_RUNTIME_GIB, GiB, _dtype_bytes, _rank_states, activation_bytes
 from baselines.ray_learner.cluster import PlacementError, actor_resources
 from baselines.weights.lora import DEFAULT_RANK
-from baselines.weights.role_weights import WeightSpec, owners
+from baselines.weights.role_weights import WeightSpec, effective_role_weights, owners, role_specs
+from baselines.weights.shapes import locate_model, model_shape
 
 GRANULARITY = 1e-4
 """Ray's smallest resource unit (``ray_constants.MIN_RESOURCE_GRANULARITY``): every amount is rounded to it."""
@@ -229,8 +232,6 @@ def _actor_gib(cfg: TrainConfig, shape: Any, hw: Hardware, lora: bool) -> tuple[
     """GiB of one engine, of one rank's states and of one rank's activations on GPU (:mod:`baselines.planning.memory`'s
     terms: an engine takes ``gpu_memory_utilization`` of its GPU; a rank its share of the role's ZeRO states plus
     one micro-batch's activations)."""
-    from baselines.planning.memory import RANK_RUNTIME_GIB, GiB, _dtype_bytes, _rank_states, activation_bytes
-
     b = _dtype_bytes(cfg.resolved_dtype())
     W = max(1, cfg.world_size)
     act = activation_bytes(shape, cfg, b, checkpointing=cfg.gradient_checkpointing)
@@ -247,8 +248,6 @@ def gpu_plan(
     """``cfg`` on ``hw`` as the trainer would lay it out on GPU (``cfg.device`` is taken as 'cuda'): each actor's
     share, node and GPU (:func:`pack`, the trainer's packing), its estimated memory, and per node the heaviest
     actors that may share a GPU (which actors share one within a node is Ray's choice) against a GPU's memory."""
-    from baselines.weights.role_weights import effective_role_weights, role_specs
-
     cfg = replace(cfg, device="cuda")
     weights = role_specs(effective_role_weights(cfg, roles), roles, cfg.trainer)
     _, lora = actor_groups(roles, weights)
@@ -309,8 +308,6 @@ def smallest_fitting_world_size(cfg: TrainConfig, roles: list[str], hw: Hardware
 def task_roles(cfg: TrainConfig) -> tuple[list[str], str]:
     """The training task's roles, and how they were found: its environment as configured, else as built with
     its default arguments (the original DSBench needs its data on disk; its roles do not)."""
-    from baselines.planning.checks import _probe_env
-
     for kwargs, how in ((cfg.env_kwargs, ""), ({}, f"the roles of {cfg.env_id} with its default arguments")):
         try:
             return _probe_env(cfg.env_id, kwargs)[0], how
@@ -322,8 +319,6 @@ def task_roles(cfg: TrainConfig) -> tuple[list[str], str]:
 def plan_report(cfg: TrainConfig, hw: Hardware) -> str:
     """:func:`format_plan` of ``cfg`` on ``hw`` for the task's roles and the model's shape, and, when it does not
     fit, the smallest ``--world-size`` that would."""
-    from baselines.weights.shapes import locate_model, model_shape
-
     try:
         folder = locate_model(cfg.model)[0]
     except FileNotFoundError:

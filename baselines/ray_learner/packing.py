@@ -38,6 +38,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+# torch and transformers are imported inside the functions that use them: importing this module (the CLI, the checks, a
+# dry run) loads none of them.
+
 if TYPE_CHECKING:
     from baselines.config import TrainConfig
 

@@ -25,9 +25,13 @@ what to set, instead of Ray's retries.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+# Ray and grpc are imported inside the functions that use them: importing this module (the CLI, the checks, a dry run)
+# loads none of them.
 
 LOCAL = "local"
 """``--ray-address local``: a local cluster of mappa's own even where ``RAY_ADDRESS`` is set."""
@@ -141,7 +145,6 @@ def _enable_token_mode() -> None:
     except ImportError:  # a Ray without that helper: the variable alone (read when Ray starts)
         os.environ["RAY_AUTH_MODE"] = "token"
         return
-    import logging
 
     # its warning ("Set RAY_AUTH_MODE=disabled to opt out") is meant for a cluster it starts, not for joining one
     quiet = logging.getLogger(maybe_enable_token_auth_if_token_available.__module__)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from baselines.config import TrainConfig, run_coach
 from baselines.runs.store import TrajectoryStore
+from mappa_envs.coach import rescore
 from mappa_envs.core import EpisodeRecord, read_jsonl
 
 
@@ -54,8 +55,6 @@ def stored_rollout(
 ) -> list[EpisodeRecord]:
     """The source run's episodes of ``iteration`` in their stored order, re-scored by ``cfg.coach`` (``none``: as
     stored, their rewards the source run's), each also appended to this run's ``store``."""
-    from mappa_envs.coach import rescore
-
     source = source_config(cfg)
     src = TrajectoryStore(Path(str(cfg.rollouts_from)))
     stored = src.load(iteration)

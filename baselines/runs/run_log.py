@@ -17,6 +17,8 @@ from baselines.config import TrainConfig
 from mappa_envs.core import EpisodeRecord
 from mappa_envs.metrics import RoleStats
 
+# TensorBoard (torch) and wandb are imported when a run logs to them: both are optional.
+
 
 class MetricsLog:
     """The metrics of the run in ``out`` (``cfg.tensorboard``, ``cfg.wandb`` say where else they go)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -133,8 +134,6 @@ def drop_finished_checkpoints(run: str | Path, roles: list[str], log=print) -> i
     ``checkpoints/REMOVED`` saying so, which :func:`check_resumable` reads (a resumed run would start again from the
     base weights on episodes the trained policies sampled). Says what was freed, or why nothing was; returns the
     bytes freed. ``mappa train`` calls it when a run has finished, unless ``--keep-finished-checkpoints``."""
-    import shutil
-
     folder = Path(run) / "checkpoints"
     if not (folder / "latest").is_file():
         return 0

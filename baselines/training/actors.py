@@ -27,6 +27,9 @@ from baselines.ray_learner.lora_worker import LoraWorker, RoleHandle
 from baselines.ray_learner.rendezvous import start_ranks
 from baselines.weights.role_weights import WeightSpec, owners
 
+# Ray are imported inside the functions that use them: importing this module (the CLI, the checks, a dry run) loads none
+# of them.
+
 
 @dataclass
 class Actors:

@@ -31,8 +31,12 @@ from baselines.algorithm.losses import ppo_clip_loss
 from baselines.algorithm.samples import Sample, TokenBatch, autocast, token_logprobs, tokenize_samples
 from baselines.config import TrainConfig
 from baselines.training.loop import TrainerBase
+from baselines.weights.lora import SharedBase
+from baselines.weights.models import resolve_model
 from baselines.weights.policies import GenerationConfig, TransformersPolicy
 from baselines.weights.role_weights import role_models
+
+# transformers is imported when a trainer is built: importing the module loads only torch.
 
 __all__ = ["LocalLearner", "LocalTrainer", "RoleLearner", "TrainConfig", "ppo_clip_loss", "scatter_responses"]
 
@@ -198,8 +202,6 @@ class LocalTrainer(TrainerBase):
     def __init__(self, cfg: TrainConfig):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from baselines.weights.models import resolve_model
-
         super().__init__(cfg)
         torch.manual_seed(cfg.seed)
         path = resolve_model(cfg.model)
@@ -213,8 +215,6 @@ class LocalTrainer(TrainerBase):
             self.learners[role] = RoleLearner(model, tokenizer, cfg, trained=self.weights[role].kind == "full")
         lora = {r: self.weights[r].rank for r in self.roles if self.weights[r].kind == "lora"}
         if lora:  # one base for every LoRA role, an adapter each
-            from baselines.weights.lora import SharedBase
-
             shared = SharedBase(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32), lora)
             for role, view in shared.views.items():
                 self.learners[role] = RoleLearner(view, self.tokenizer, cfg, reference=view.reference())

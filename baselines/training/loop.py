@@ -81,6 +81,7 @@ from baselines.runs.store import TrajectoryStore, check_resumable
 from baselines.training.update import sync, unique, update
 from baselines.weights.policies import CountsTokens, Policy
 from baselines.weights.role_weights import effective_role_weights, owners, role_specs
+from mappa_envs.coach import CoachRewardWrapper
 from mappa_envs.core import EpisodeRecord
 from mappa_envs.metrics import RoleStats, role_stats
 
@@ -158,7 +159,6 @@ class TrainerBase(ABC):
         env = mappa_envs.make(cfg.env_id, **{**cfg.env_kwargs, **overrides})
         if cfg.coach == "none":
             return env
-        from mappa_envs.coach import CoachRewardWrapper
 
         return CoachRewardWrapper(
             env, run_coach(cfg, self.coach_url)

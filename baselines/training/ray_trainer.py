@@ -37,8 +37,12 @@ from baselines.ray_learner.distributed import plan_shards
 from baselines.ray_learner.engines import VLLMPolicy
 from baselines.training.actors import start_actors
 from baselines.training.loop import TrainerBase
+from baselines.weights.models import resolve_model
 from baselines.weights.role_weights import role_models
 from baselines.weights.shapes import check_packable
+
+# Ray and transformers are imported inside the functions that use them: importing this module (the CLI, the checks, a
+# dry run) loads none of them.
 
 
 class RayPending:
@@ -183,8 +187,6 @@ class RayTrainer(TrainerBase):
         super().__init__(cfg)
         import ray
         from transformers import AutoConfig, AutoTokenizer
-
-        from baselines.weights.models import resolve_model
 
         self.device = cfg.resolved_device()
         path = resolve_model(cfg.model)  # converts/creates it once, here, before the actors read it

@@ -21,6 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+# peft are imported inside the functions that use them: importing this module (the CLI, the checks, a dry run) loads
+# none of them; it is the train extra's.
+
 DEFAULT_RANK = 8
 
 

@@ -17,6 +17,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+# torch, transformers and huggingface_hub are imported inside the functions that use them: importing this module (the
+# CLI, the checks, a dry run) loads none of them.
+
 
 @dataclass(frozen=True)
 class BundledModel:

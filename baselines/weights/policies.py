@@ -14,7 +14,12 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from baselines.algorithm.samples import prompt_ids
+from baselines.weights.models import resolve_model
 from mappa_envs.core.policy import Conversation, CountsTokens, Generation, Policy, ScriptedPolicy, SubmitsBatches
+
+# torch and transformers are imported inside the functions that use them: importing this module (the CLI, the checks, a
+# dry run) loads none of them.
 
 
 @dataclass
@@ -44,8 +49,6 @@ class TransformersPolicy:
     ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from baselines.weights.models import resolve_model
 
         self.path = resolve_model(model)
         tokenizer = AutoTokenizer.from_pretrained(self.path)
@@ -77,8 +80,6 @@ class TransformersPolicy:
     def _prompt_ids(self, conversation: Conversation) -> list[int]:
         """The chat-templated prompt as token ids, cut from the left as the trainers cut it (``prompt_ids``: the
         sample a trainer builds from this action has exactly these prompt tokens)."""
-        from baselines.algorithm.samples import prompt_ids
-
         ids = prompt_ids(self.tokenizer, conversation)
         limit = self.config.max_prompt_tokens
         return ids[-limit:] if limit else ids

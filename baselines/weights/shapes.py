@@ -6,10 +6,16 @@ trainer before any actor starts."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from baselines.weights import models
+
+# huggingface_hub are imported inside the functions that use them: importing this module (the CLI, the checks, a dry
+# run) loads none of them.
 
 # The shapes of the models the presets name, for an estimate when the model is not (yet) on disk; a config.json on
 # disk always takes precedence. SmolLM2 and tiny-random as the package and models.tiny_model_dir build them; the
@@ -133,14 +139,11 @@ def locate_model(name: str) -> tuple[Path | None, str]:
     """Where ``name`` is on disk, without loading, converting or downloading anything: ``(folder with
     config.json or None if it will be created on first use, description)``. Raises ``FileNotFoundError`` with
     the reason when it is not there (the semantics of :func:`baselines.weights.models.resolve_model`)."""
-    from baselines.weights import models
-
     if name in models.BUNDLED:
         bundled = models.BUNDLED[name]
         target = models.cache_dir() / "models" / bundled.name
         if (target / "config.json").exists():
             return target, f"bundled {bundled.name} (converted copy at {target})"
-        import importlib.util
 
         if importlib.util.find_spec(bundled.package) is None:
             raise FileNotFoundError(
