@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,65 @@ from mappa_envs.core import EpisodeRecord
 from mappa_envs.metrics import RoleStats
 
 # TensorBoard (torch) and wandb are imported when a run logs to them: both are optional.
+
+
+@dataclass
+class RoleMetrics:
+    """One role's figures of an iteration: how it behaved, what the coach did, what was masked, its update."""
+
+    behaviour: dict[str, float]
+    """:func:`role_metrics`: scores, rewards, tool use, reply length."""
+    coach: dict[str, float]
+    """:func:`baselines.algorithm.samples.coach_counts`: calls, retries, fallbacks, latency."""
+    masked: dict[str, int]
+    """Samples left out of the loss, by reason (:func:`baselines.algorithm.samples.select_trainable`)."""
+    update: dict[str, float]
+    """:meth:`baselines.algorithm.learner.UpdateStats.as_dict`, or a frozen role's marks."""
+    sync_s: float | None = None
+    """Seconds of its weights' sync into its engine (None: not synced on its own)."""
+
+    def as_dict(self) -> dict[str, float]:
+        sync = {"sync_s": self.sync_s} if self.sync_s is not None else {}
+        return {**self.behaviour, **self.coach, **self.masked, **self.update, **sync}
+
+
+@dataclass
+class IterationMetrics:
+    """One line of ``metrics.jsonl`` (:meth:`as_dict`: its keys, as every stored run has them)."""
+
+    iteration: int
+    episodes: int
+    reused_episodes: int
+    """Episodes read back from the store (a resumed iteration), not rolled out again."""
+    outcomes: dict[str, float]
+    """:func:`episode_outcomes`: ``accuracy`` and, for a scored task, ``mean_quality``."""
+    rollout_s: float
+    train_s: float
+    sync_s: float
+    iteration_s: float
+    """All of it (the checkpoint's time is added once it is written)."""
+    gen_tok_s: float
+    rollout_breakdown: dict[str, float]
+    """Of ``rollout_s``: waiting on generation, stepping the envs, the mean batch."""
+    roles: dict[str, RoleMetrics]
+    rollouts_from: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "iteration": self.iteration,
+            "episodes": self.episodes,
+            "reused_episodes": self.reused_episodes,
+            **self.outcomes,
+            "rollout_s": self.rollout_s,
+            "train_s": self.train_s,
+            "sync_s": self.sync_s,
+            "iteration_s": self.iteration_s,
+            "gen_tok_s": self.gen_tok_s,
+            **({"rollouts_from": self.rollouts_from} if self.rollouts_from else {}),
+            **self.rollout_breakdown,
+        }
+        out.update({role: m.as_dict() for role, m in self.roles.items()})
+        return out
 
 
 class MetricsLog:

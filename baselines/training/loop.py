@@ -76,7 +76,14 @@ from baselines.planning.checks import check_config, raise_for_failed
 from baselines.ray_learner.cluster import actor_resources
 from baselines.ray_learner.coach_engine import CoachEngine
 from baselines.runs.offline import stored_rollout
-from baselines.runs.run_log import MetricsLog, episode_outcomes, role_metrics, update_summary
+from baselines.runs.run_log import (
+    IterationMetrics,
+    MetricsLog,
+    RoleMetrics,
+    episode_outcomes,
+    role_metrics,
+    update_summary,
+)
 from baselines.runs.store import TrajectoryStore, check_resumable
 from baselines.training.update import sync, unique, update
 from baselines.weights.policies import CountsTokens, Policy
@@ -344,29 +351,31 @@ class TrainerBase(ABC):
         train_time = time.perf_counter() - t1
         self._phase(f"update {train_time:.0f}s: " + "; ".join(update_summary(r, stats.get(r, {})) for r in every))
         sync_time = self.sync()
-        metrics: dict[str, Any] = {
-            "iteration": iteration,
-            "episodes": len(records),
-            "reused_episodes": reused,
-            **episode_outcomes(records),
-            "rollout_s": gen_time,
-            "train_s": train_time,
-            "sync_s": sync_time,
-            "iteration_s": time.perf_counter() - t0,
-            "gen_tok_s": generated / gen_time if generated else 0.0,
-            **({"rollouts_from": self.cfg.rollouts_from} if self.cfg.rollouts_from else {}),
-            **self._rollout_breakdown(),
-        }
         by_stats = role_stats(records)  # every role's at once
-        for role, samples in every.items():
-            metrics[role] = {
-                **role_metrics(by_stats.get(role, RoleStats(role)), samples),
-                **coach_counts(samples),
-                **masked[role],
-                **stats.get(role, {}),
-                **({"sync_s": self.sync_by_role[role]} if role in self.sync_by_role else {}),
-            }
-        return metrics
+        roles = {
+            role: RoleMetrics(
+                behaviour=role_metrics(by_stats.get(role, RoleStats(role)), samples),
+                coach=coach_counts(samples),
+                masked=masked[role],
+                update=stats.get(role, {}),
+                sync_s=self.sync_by_role.get(role),
+            )
+            for role, samples in every.items()
+        }
+        return IterationMetrics(
+            iteration=iteration,
+            episodes=len(records),
+            reused_episodes=reused,
+            outcomes=episode_outcomes(records),
+            rollout_s=gen_time,
+            train_s=train_time,
+            sync_s=sync_time,
+            iteration_s=time.perf_counter() - t0,
+            gen_tok_s=generated / gen_time if generated else 0.0,
+            rollouts_from=self.cfg.rollouts_from,
+            rollout_breakdown=self._rollout_breakdown(),
+            roles=roles,
+        ).as_dict()
 
     def _trainable(self, every: dict[str, list[Sample]]) -> tuple[dict[str, list[Sample]], dict[str, dict[str, int]]]:
         """Per role, the samples that go into the loss and the counts of those masked out (coach fallbacks under a
