@@ -19,6 +19,8 @@ from typing import Any
 
 from .ablation import PLANNED_SEEDS, load_ablation, summarize
 
+# matplotlib is imported where a figure is drawn: it is optional (the report extra).
+
 METHOD = (
     "Cells are (seed, problem) means. A mean (an arm's accuracy, or the paired difference A - B) has crossed random "
     "seed and problem effects: Var = v_seed/S + v_problem/P + v_residual/(S*P), from the balanced ANOVA (the REML "

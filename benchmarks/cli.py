@@ -23,6 +23,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from baselines.planning.presets import preset_lines
+from benchmarks.suite import main as bench_main
+from sandboxes.__main__ import main as sandboxes_main
+
 from .commands import ablate, evaluate, report, rescore, run, serve, train
 from .commands.common import use_ray_address
 
@@ -49,8 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
-    from baselines.planning.presets import preset_lines
-
     print(preset_lines())
     return 0
 
@@ -58,12 +60,8 @@ def _cmd_presets(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:  # the benchmark suite's own parser
-        from benchmarks.suite import main as bench_main
-
         return bench_main(argv[1:])
     if argv[:1] == ["sandbox"]:  # its own parser, so that `mappa sandbox -h` shows its help
-        from sandboxes.__main__ import main as sandboxes_main
-
         return sandboxes_main(argv[1:], prog="mappa sandbox")
     args = build_parser().parse_args(argv)
     use_ray_address(getattr(args, "ray_address", None))  # before the command imports Ray or starts child processes

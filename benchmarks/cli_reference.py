@@ -20,6 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.cli import build_parser
+from benchmarks.suite import build_parser as bench_parser
+from sandboxes.__main__ import build_parser as sandbox_parser
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "cli.md"
 COMMAND = "python -m benchmarks.cli_reference > docs/cli.md"
@@ -60,9 +64,6 @@ def _fixed_terminal() -> Iterator[None]:
 
 def own_parsers() -> dict[str, argparse.ArgumentParser]:
     """The commands of ``mappa`` that parse their own arguments (benchmarks/cli.py hands them ``argv``)."""
-    from benchmarks.suite import build_parser as bench_parser
-    from sandboxes.__main__ import build_parser as sandbox_parser
-
     return {"bench": bench_parser(), "sandbox": sandbox_parser(prog="mappa sandbox")}
 
 
@@ -125,8 +126,6 @@ def _anchor(name: str) -> str:
 
 def render() -> str:
     """The page: every command of ``mappa``, its description, usage and options."""
-    from benchmarks.cli import build_parser
-
     with _fixed_terminal():
         all_commands = list(commands(build_parser(), replace=own_parsers()))
         sections = [section(c) for c in all_commands]

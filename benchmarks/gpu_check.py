@@ -32,12 +32,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from baselines.config import TrainConfig
+from baselines.evaluation.protocol import hardware
+from baselines.weights.models import random_llama
+from mappa_envs.sealed import code_version
+
+# torch and the Ray trainer are imported inside the functions that use them: the CLI's other commands, and --help, load
+# none of them.
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def small_model(path: Path) -> str:
-    from baselines.weights.models import random_llama
-
     sizes = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=12, num_attention_heads=9)
     return str(random_llama(path, dtype="bfloat16", num_key_value_heads=3, **sizes))
 
@@ -70,9 +76,6 @@ def check_record(
 ) -> dict[str, Any]:
     """The result file's content: ``status`` ``ok`` or ``failed`` (with the error and its traceback), provenance
     (command, commit, hardware, time), the configuration and each iteration's figures (:func:`_iteration_row`)."""
-    from baselines.evaluation.protocol import hardware
-    from mappa_envs.sealed import code_version
-
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "status": "ok" if error is None else "failed",
@@ -124,7 +127,6 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: this script checks the GPU path (use `mappa train --preset smoke` on CPU)")
         return 2
-    from baselines.config import TrainConfig
     from baselines.training.ray_trainer import RayTrainer
 
     work = Path(tempfile.mkdtemp(prefix="mappa-gpu-check-"))  # the random model, built here

@@ -18,8 +18,19 @@ Engines (:func:`bench_lora_engines`, each engine in a child process of its own, 
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import time
 from typing import Any
+
+from baselines.planning.presets import PRESETS
+from baselines.ray_learner.engines import VLLMEngine
+from baselines.ray_learner.lora_worker import adapter_payload
+from baselines.weights.lora import SharedBase
+from baselines.weights.models import resolve_model
+
+# torch, transformers and the local trainer are imported inside the functions that use them: the CLI's other commands,
+# and --help, load none of them.
 
 
 def _tensor_bytes(tensors) -> int:
@@ -51,10 +62,7 @@ def bench_lora(prompts: int = 4, per_prompt: int = 2, model: str | None = None) 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from baselines.planning.presets import PRESETS
     from baselines.training.local_trainer import RoleLearner
-    from baselines.weights.lora import SharedBase
-    from baselines.weights.models import resolve_model
 
     from .training import mathchat_length_samples
 
@@ -113,10 +121,7 @@ def _rss_gb() -> float:
 def _engine_child(path: str, adapters: dict[str, Any] | None, prompts: list[list[int]], tokens: int, q) -> None:
     """In a child process: one engine (with ``adapters`` loaded, if any); its RSS after generating ``prompts``
     under every adapter, and its generation speed with and without the first adapter."""
-    import os
-
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    from baselines.ray_learner.engines import VLLMEngine
 
     ranks = {role: a["config"]["r"] for role, a in (adapters or {}).items()}
     engine = VLLMEngine(path, dtype="float32", max_model_len=1024, lora_ranks=ranks or None, name="bench-engine")
@@ -135,8 +140,6 @@ def _engine_child(path: str, adapters: dict[str, Any] | None, prompts: list[list
 
 
 def _in_child(*args: Any) -> dict[str, Any]:
-    import multiprocessing as mp
-
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     proc = ctx.Process(target=_engine_child, args=(*args, q))
@@ -153,11 +156,6 @@ def bench_lora_engines(n_prompts: int = 8, tokens: int = 64, model: str | None =
     """The engine rows: one engine with three adapters vs three full engines; sync bytes; LoRA generation speed."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from baselines.planning.presets import PRESETS
-    from baselines.ray_learner.lora_worker import adapter_payload
-    from baselines.weights.lora import SharedBase
-    from baselines.weights.models import resolve_model
 
     path = resolve_model(model or PRESETS["demo"].model)
     tok = AutoTokenizer.from_pretrained(path)

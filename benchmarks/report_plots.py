@@ -7,9 +7,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mappa_envs.coach.bias import bias_report, format_report
+from mappa_envs.coach.calibration import BUCKETS, calibration, format_calibration
 from mappa_envs.core import EpisodeRecord
 
 from .run_data import ROLE_METRICS, Run
+
+# matplotlib is imported where a figure is drawn: it is optional (the report extra).
 
 
 def _plt():
@@ -138,8 +141,6 @@ def plot_coach_bias(runs: Sequence[Run], path: Path) -> tuple[Path | None, str]:
 def plot_calibration(runs: Sequence[Run], path: Path) -> tuple[Path | None, str]:
     """A reliability diagram per run (per role: the success rate of the episodes whose actions scored in each
     bucket, AUROC in the legend) and the calibration tables (AUROC per role and task type, gaps with p-values)."""
-    from mappa_envs.coach.calibration import BUCKETS, calibration, format_calibration
-
     tables = [(run, calibration(run.records())) for run in runs if run.rollouts]
     tables = [(run, t) for run, t in tables if t.get("role")]
     if not tables:

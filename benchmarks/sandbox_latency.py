@@ -19,6 +19,7 @@ import sys
 import time
 
 from sandboxes import Limits, make_sandbox
+from sandboxes.fusion_server import serve_in_thread
 
 PRINT = "print(1)"
 IMPORT = "import pandas, sklearn, sklearn.ensemble\nprint(pandas.__version__)"
@@ -72,8 +73,6 @@ def bench_backends(backends: list[str], repeat: int, import_repeat: int) -> dict
 
 
 def bench_stateless(repeat: int, size_mb: int = 50) -> None:
-    from sandboxes.fusion_server import serve_in_thread
-
     limits = Limits(timeout_s=60, memory_mb=4096)
     server, url = serve_in_thread(make_sandbox("subprocess", limits=limits))
     try:

@@ -26,10 +26,23 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
+from baselines.algorithm.samples import Sample, prompt_ids
+from baselines.config import TrainConfig
+from baselines.ray_learner.engines import VLLMEngine
+from baselines.weights.models import resolve_model, tiny_model_dir
+from baselines.weights.policies import GenerationConfig, TransformersPolicy
+from benchmarks.coach_throughput import overlap
 from benchmarks.commands.common import add_ray_address, use_ray_address
+from benchmarks.env_overhead import time_steps
+from benchmarks.trl_reference import train_step_seconds
+from sandboxes import Limits, make_sandbox
+
+# torch, transformers, datasets, TRL and the trainers are imported inside the functions that use them: the CLI's other
+# commands, and --help, load none of them.
 
 SECTIONS = ("env", "sandbox", "coach", "generation", "trainer", "update", "lora", "rollout", "demo")
 
@@ -60,8 +73,6 @@ class _FloorEnv:
 
 
 def bench_env(episodes: int) -> dict[str, Any]:
-    from benchmarks.env_overhead import time_steps
-
     steps, _ = time_steps(episodes, with_code=False)
     floor = _FloorEnv()
     xs = []
@@ -79,8 +90,6 @@ def bench_env(episodes: int) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- 2. sandbox
 def bench_sandbox(repeat: int) -> list[dict[str, Any]]:
-    from sandboxes import Limits, make_sandbox
-
     bare = []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -117,8 +126,6 @@ def bench_sandbox(repeat: int) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------------------------------------- 3. coach
 def bench_coach(episodes: int) -> dict[str, Any]:
-    from benchmarks.coach_throughput import overlap
-
     blocking, pooled = overlap(latency=0.5, episodes=episodes)
     return {
         "figure": f"coach: {episodes} episodes, 0.5 s per coach call, shared pool (s)",
@@ -138,10 +145,6 @@ PROMPTS = [
 def bench_generation(new_tokens: int) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from baselines.algorithm.samples import prompt_ids
-    from baselines.ray_learner.engines import VLLMEngine
-    from baselines.weights.models import resolve_model
 
     path = resolve_model("smollm2-135m")
     tok = AutoTokenizer.from_pretrained(path)
@@ -185,11 +188,7 @@ def bench_trainer(completion: int = 32) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from baselines.algorithm.samples import Sample, prompt_ids
-    from baselines.config import TrainConfig
     from baselines.training.local_trainer import RoleLearner
-    from baselines.weights.models import tiny_model_dir
-    from baselines.weights.policies import GenerationConfig, TransformersPolicy
 
     path = str(tiny_model_dir())
     tok = AutoTokenizer.from_pretrained(path)
@@ -226,14 +225,10 @@ def bench_trainer(completion: int = 32) -> dict[str, Any]:
 def _trl_tiny_step_seconds(path: str, tok: Any, prompts: list, completion: int) -> float:
     """TRL's GRPOTrainer on the tiny model, same prompts, batch and rewards as :func:`bench_trainer`: the seconds of
     its second step (no first-call overheads)."""
-    import tempfile
-
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
-
-    from benchmarks.trl_reference import train_step_seconds
 
     with tempfile.TemporaryDirectory() as tmp:
         args = GRPOConfig(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,19 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import mappa_envs
+from baselines.algorithm.samples import Sample, prompt_ids, tokenize_samples
+from baselines.config import TrainConfig
+from baselines.evaluation.rollout import run_episodes
+from baselines.planning.presets import PRESETS
+from baselines.ray_learner.cluster import ray_init
+from baselines.ray_learner.distributed import RoleWorker, plan_shards
+from baselines.ray_learner.engines import VLLMEngine, VLLMPolicy
+from baselines.weights.models import resolve_model
+
+# torch, transformers and Ray are imported inside the functions that use them: the CLI's other commands, and --help,
+# load none of them.
 
 SOLUTION = (
     "Let me solve this step by step. First I find how many items there are in total: I multiply the number of "
@@ -45,9 +59,6 @@ def mathchat_length_samples(tokenizer: Any, prompts: int, per_prompt: int, *, re
     """``prompts x per_prompt`` samples shaped like the demo's: the MathChat system prompt and task, earlier team
     work padding the context to 450-750 tokens (varying as real turns do), and a ``response_tokens``-token
     response (a cut solution: no EOS)."""
-    import mappa_envs
-    from baselines.algorithm.samples import Sample, prompt_ids
-
     env = mappa_envs.make("mappa/MathChat-v0", split="arith-train")
     words = SOLUTION.split()
     text_ids = tokenizer(SOLUTION * 6, add_special_tokens=False)["input_ids"]
@@ -89,8 +100,6 @@ def mathchat_length_samples(tokenizer: Any, prompts: int, per_prompt: int, *, re
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -100,8 +109,6 @@ def _our_update(cfg: Any, path: str, samples: list, adv: list, n_resp: int) -> t
     """Our role worker on ``samples``: the reference pass (as after a role's first step) and one step, old log-probs
     from its own pass, after a warm-up; returns (reference pass s, step s, the step's stats)."""
     import torch
-
-    from baselines.ray_learner.distributed import RoleWorker, plan_shards
 
     worker = RoleWorker("code_executor", 0, 1, _free_port(), path, cfg)
     _, n_micro = plan_shards(worker._rows(samples), 1, cfg)  # the demo's passes: prefix packs (a prompt's samples)
@@ -122,8 +129,6 @@ def _plain_update(cfg: Any, path: str, tok: Any, samples: list, adv: list, n_res
     same way); returns the step's seconds."""
     import torch
     from transformers import AutoModelForCausalLM
-
-    from baselines.algorithm.samples import tokenize_samples
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.train()
@@ -152,10 +157,6 @@ def _plain_update(cfg: Any, path: str, tok: Any, samples: list, adv: list, n_res
 def bench_update(prompts: int = 8, per_prompt: int = 2) -> list[dict[str, Any]]:
     import torch
     from transformers import AutoTokenizer
-
-    from baselines.algorithm.samples import prompt_ids
-    from baselines.planning.presets import PRESETS
-    from baselines.weights.models import resolve_model
 
     from .trl_reference import trl_step_seconds
 
@@ -210,14 +211,6 @@ def bench_update(prompts: int = 8, per_prompt: int = 2) -> list[dict[str, Any]]:
 def bench_rollout_and_sync(episodes: int = 16, concurrent: bool = False) -> list[dict[str, Any]]:
     import ray
     from transformers import AutoTokenizer
-
-    import mappa_envs
-    from baselines.config import TrainConfig
-    from baselines.planning.presets import PRESETS
-    from baselines.ray_learner.cluster import ray_init
-    from baselines.ray_learner.distributed import RoleWorker
-    from baselines.ray_learner.engines import VLLMEngine
-    from baselines.weights.models import resolve_model
 
     cfg: TrainConfig = PRESETS["demo-arith"]
     path = resolve_model(cfg.model)
@@ -284,10 +277,6 @@ def _rollout_row(
 ) -> dict:
     """Full MathChat rollouts on the engines (every prompt recorded in ``sent``), then the same prompts as raw
     batches."""
-    import mappa_envs
-    from baselines.evaluation.rollout import run_episodes
-    from baselines.ray_learner.engines import VLLMPolicy
-
     roles = list(engines)
 
     class Recording(VLLMPolicy):

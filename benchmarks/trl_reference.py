@@ -8,6 +8,11 @@ import tempfile
 import time
 from typing import Any
 
+from baselines.algorithm.samples import prompt_ids
+
+# torch, transformers, datasets and TRL are imported inside the functions that use them: the CLI's other commands, and
+# --help, load none of them.
+
 
 def trl_step_seconds(path: str, tok: Any, samples: list, cfg: Any, per_prompt: int) -> float:
     """Seconds of TRL ``GRPOTrainer``'s second optimiser step (the first pays first-call costs) over ``samples``,
@@ -55,8 +60,6 @@ def trl_step_seconds(path: str, tok: Any, samples: list, cfg: Any, per_prompt: i
 
 def _given_rollout(tok: Any, samples: list, max_prompt_tokens: int) -> tuple[list[str], Any]:
     """TRL's prompts (one per task) and a ``rollout_func`` that hands it ``samples`` as if it had generated them."""
-    from baselines.algorithm.samples import prompt_ids
-
     by_prompt: dict[str, list] = {}
     for s in samples:
         by_prompt.setdefault(s.task_id, []).append(s)

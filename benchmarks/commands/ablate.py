@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from baselines.config import TrainConfig
+from baselines.config import TrainConfig, config_record
 from baselines.runs.store import drop_finished_checkpoints
 
 from . import train
@@ -26,6 +27,9 @@ from .configuration import add_configuration_options, no_configuration
 from .options import add_options, as_argv, given
 from .report import cmd_report_run
 from .train import train_config
+
+# check_config is looked up when an arm is checked (a test replaces it); the sibling command modules are imported where
+# they are used.
 
 ARM_FIELDS = ("estimator", "coach", "seed", "out_dir", "resume", "progress", "keep_finished_checkpoints")
 """The fields each arm's command sets itself (its estimator and coach, ``--seeds``, its folder under ``--out``,
@@ -201,7 +205,6 @@ class _Run:
 def _plan(args: argparse.Namespace, out: Path) -> tuple[list[_Run], list[str]]:
     """Every (arm, seed) run, seed by seed (a stopped ablation has as many seeds of every arm), and the checks each
     failed (``- arm seed s: check: detail`` lines)."""
-    from baselines.config import config_record
     from baselines.planning.checks import check_config, failed
 
     plan, refused = [], []
@@ -236,8 +239,6 @@ def _write_manifest(args: argparse.Namespace, out: Path, plan: list[_Run]) -> No
 
 def cmd_ablate(args: argparse.Namespace) -> int:
     """Every arm for every seed on the same preset and budget (finished runs skipped), then the reports."""
-    import subprocess
-
     if args.preset is None and args.config is None:
         return no_configuration("mappa ablate")
     out = Path(args.out or f"runs/ablation-{args.preset or Path(args.config).stem}")

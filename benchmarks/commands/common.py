@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -66,8 +67,6 @@ def add_ray_address(parser: Any) -> None:
 def use_ray_address(value: str | None) -> None:
     """Make ``--ray-address`` the command's ``RAY_ADDRESS`` (``local``: none), which its child processes inherit and
     :func:`baselines.ray_learner.cluster.ray_init` reads; nothing when the option is not given."""
-    import os
-
     if value is None:
         return
     if value.strip() in ("", "local"):

@@ -9,12 +9,15 @@ import dataclasses
 import sys
 from typing import Any
 
+from baselines.config import TrainConfig, sandbox_choice
+from baselines.fields import read_mapping, values_from_mapping
+from baselines.planning.presets import PRESETS, preset, preset_lines
+from sandboxes import SETUP_COMMAND
+
 
 def add_configuration_options(parser: argparse.ArgumentParser, whose: str) -> None:
     """``--preset NAME`` and ``--config FILE``, where ``whose`` configuration they give (``mappa train``: the run's;
     ``mappa ablate``: every arm's)."""
-    from baselines.planning.presets import PRESETS
-
     parser.add_argument(
         "--preset",
         default=None,
@@ -40,10 +43,6 @@ def base_config(preset_name: str | None, config_file: str | None):
     """The configuration ``--preset`` and ``--config`` give before the options: the preset's, then the file's
     fields over it (a file alone: over the fields' defaults). ``ValueError`` for an unreadable file, an unknown key
     or a value of the wrong type."""
-    from baselines.config import TrainConfig
-    from baselines.fields import read_mapping, values_from_mapping
-    from baselines.planning.presets import preset
-
     base = preset(preset_name) if preset_name else TrainConfig()
     if config_file:
         data = read_mapping(config_file)
@@ -62,8 +61,6 @@ def source(args: argparse.Namespace) -> str:
 def no_configuration(prog: str) -> int:
     """What ``mappa train`` (or ``mappa ablate``) without a preset or a configuration file says: what to pass,
     with the presets listed; exit status 2, nothing started."""
-    from baselines.planning.presets import preset_lines
-
     print(
         f"{prog}: give a preset (--preset NAME) or a configuration file (--config FILE); nothing was started.\n"
         f"presets:\n{preset_lines()}\n"
@@ -77,9 +74,6 @@ def no_configuration(prog: str) -> int:
 def announce_sandbox(cfg) -> dict[str, Any]:
     """Print where the run's agent code executes (the first line of ``mappa train``'s console; the same record goes
     to ``config.json``): the backend, and where it does not isolate, why and the one command that fixes it."""
-    from baselines.config import sandbox_choice
-    from sandboxes import SETUP_COMMAND
-
     choice = sandbox_choice(cfg)
     how = {"auto": "auto: the most isolating backend that works here"}.get(choice["chosen_by"], choice["chosen_by"])
     if choice["isolated"]:

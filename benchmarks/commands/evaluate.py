@@ -5,14 +5,33 @@ episodes and the exact paired test."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from baselines.evaluation.evaluate import (
+    EvalConfig,
+    evaluate,
+    format_comparison,
+    format_tables,
+    paired_comparison,
+    suite_env,
+)
+from baselines.evaluation.protocol import result_record, track, validate_result
+from baselines.evaluation.swap import format_swap_matrix, swap_matrix
+from baselines.evaluation.teams import team_from_args
+from mappa_envs import make
+from mappa_envs.coach import coach_from_spec
+from mappa_envs.coach.information import reward_information
+from mappa_envs.suites import resolve_suite, task_names
+
 from .common import OldSpelling, env_args, key_values
 from .options import add_options, given
+
+# teams.build_policies is looked up when the team is built (a test replaces it).
 
 EVAL_OWN = ("suites", "env_kwargs", "mathchat_kwargs", "dsbench_kwargs")
 """The fields of :class:`~baselines.evaluation.evaluate.EvalConfig` made by :func:`_eval_config` (from ``--suites`` and
@@ -36,8 +55,6 @@ class _OldEnvArg(OldSpelling):
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    from baselines.evaluation.evaluate import EvalConfig
-
     p = sub.add_parser("eval", help="evaluate a team on any registered task (AIME-32, AMC-32, ...), with intervals")
     p.add_argument(
         "--suites",
@@ -140,7 +157,6 @@ def _run_env_kwargs(run_dir: str | None, env_id: str = "mappa/MathChat-v0") -> d
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from baselines.evaluation.evaluate import evaluate, format_comparison, format_tables, paired_comparison
     from baselines.evaluation.teams import build_policies
 
     if args.protocol:
@@ -157,8 +173,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print()
     print(format_tables(result))
     if args.compare:
-        import gc
-
         del policies  # the team's engines go before the baseline's start (memory; on a GPU, its share of it)
         gc.collect()
         base = evaluate(build_policies(teams["baseline"], cfg), cfg, out_dir=out / "baseline", team=teams["baseline"])
@@ -176,8 +190,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _apply_protocol(args: argparse.Namespace) -> None:
     """The track's fixed settings in place of the options (a differing option is refused, not overridden)."""
-    from baselines.evaluation.protocol import track
-
     if not args.track:
         raise SystemExit("mappa eval: --protocol needs --track")
     t = track(args.protocol, args.track)
@@ -189,8 +201,6 @@ def _apply_protocol(args: argparse.Namespace) -> None:
 
 
 def _write_protocol_result(args: argparse.Namespace, result: dict, out: Path) -> None:
-    from baselines.evaluation.protocol import result_record, validate_result
-
     run_cfg = json.loads((Path(args.run) / "config.json").read_text()) if args.run else {}
     method = {
         "name": args.method or (Path(args.run).name if args.run else "bundled"),
@@ -208,22 +218,15 @@ def _write_protocol_result(args: argparse.Namespace, result: dict, out: Path) ->
 def _information(args: argparse.Namespace, run_cfg: dict) -> str:
     """What the evaluated team's training reward saw (:mod:`mappa_envs.coach.information`): from its run's
     ``config.json``; ``none`` for the untrained bundled team; ``undeclared`` for other models."""
-    from mappa_envs.coach.information import reward_information
-
     if run_cfg.get("reward_information"):
         return run_cfg["reward_information"]
     if run_cfg:  # a run from before the label was stored: derived from its coach and estimator
-        from mappa_envs.coach import coach_from_spec
-
         coach, process = run_cfg.get("coach", "rule"), run_cfg.get("estimator") != "outcome"
         return reward_information(coach_from_spec(coach) if coach != "none" and process else None, process)
     return "none" if not (args.model or args.role_model) else "undeclared"
 
 
 def _swap_matrix(args: argparse.Namespace, roles: list[str], teams: dict[str, Any], cfg, out: Path) -> int:
-    from baselines.evaluation.swap import format_swap_matrix, swap_matrix
-    from baselines.evaluation.teams import team_from_args
-
     if not args.run:
         raise SystemExit("mappa eval: --swap-matrix needs --run RUN (the trained team)")
     base = teams.get("baseline") or team_from_args(roles, model=args.model)
@@ -247,8 +250,6 @@ def _eval_config(args: argparse.Namespace):
     """The :class:`~baselines.evaluation.evaluate.EvalConfig` of the arguments: the suites, the env arguments the
     trained team (or, comparing a run with the bundled team, that run's) trained with, then ``--env-arg
     [TASK:]KEY=VALUE``."""
-    from baselines.evaluation.evaluate import EvalConfig
-
     suites = list(args.suites or ([] if args.tasks else ["aime", "amc", "dsbench"]))
     suites += [f"tasks:{path}" for path in args.tasks]
     compared = args.compare if args.compare and args.compare != "bundled" else None
@@ -285,8 +286,6 @@ def _eval_config(args: argparse.Namespace):
 
 def _suite_tasks(suites: list[str]) -> dict[str, str]:
     """The task of each suite's env, ``{task name: env id}`` (a task file is MathChat's)."""
-    from mappa_envs.suites import resolve_suite
-
     out = {"mathchat": "mappa/MathChat-v0"} if any(name.startswith("tasks:") for name in suites) else {}
     for name in suites:
         if not name.startswith("tasks:"):
@@ -299,8 +298,6 @@ def _given_env_args(items: list[str], suites: list[str]) -> dict[str, dict[str, 
     """``--env-arg [TASK:]KEY=VALUE`` by task name (``mathchat``, ``dsbench``, ``sql``; an env id given as TASK is
     named by its task). TASK is one of the suites' tasks; without it, the suites must all be of one task. A value
     may hold ``:``; a key never does."""
-    from mappa_envs.suites import task_names
-
     tasks = _suite_tasks(suites)
     by_id = {env_id: task for task, env_id in tasks.items()}  # an env id, or another name of a task, as the task
     by_id.update({name: task for task, env_id in tasks.items() for name in task_names(env_id)})
@@ -342,9 +339,6 @@ def _run_task_args(args: argparse.Namespace, suites: list[str], compared: str | 
 
 def _roles(cfg) -> list[str]:
     """Every role of the suites' envs, in order of appearance."""
-    from baselines.evaluation.evaluate import suite_env
-    from mappa_envs import make
-
     roles: list[str] = []
     for suite in cfg.suites:
         env_id, kwargs = suite_env(suite, cfg)
@@ -357,8 +351,6 @@ def _roles(cfg) -> list[str]:
 def _teams(args: argparse.Namespace, roles: list[str]) -> dict[str, dict[str, Any]]:
     """The team evaluated and, with ``--compare``, the baseline: the bundled model in every role, or another run's
     exported models."""
-    from baselines.evaluation.teams import team_from_args
-
     teams = {
         "team": team_from_args(
             roles,

@@ -8,6 +8,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from baselines.evaluation.protocol import format_leaderboard, leaderboard, load_result
+from benchmarks.report import Run, _html, write_report
+from mappa_envs.coach.agreement import agreement, format_agreement
+from mappa_envs.coach.bias import bias_report, format_report, normalize_scores
+from mappa_envs.coach.calibration import calibration, format_calibration
+from mappa_envs.coach.rescore import episode_files
+from mappa_envs.core import read_jsonl
+
+# The ablation report (pandas, matplotlib) is imported where it is drawn: the other reports load neither.
+
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="reports over trajectories")
@@ -45,9 +55,6 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def cmd_report_coach_bias(args: argparse.Namespace) -> int:
-    from mappa_envs.coach.bias import bias_report, format_report, normalize_scores
-    from mappa_envs.core import read_jsonl
-
     records = [rec for path in args.trajectories for rec in read_jsonl(path)]
     groups, gaps = bias_report(records, min_gap=args.min_gap)
     if not groups:
@@ -63,11 +70,6 @@ def cmd_report_coach_bias(args: argparse.Namespace) -> int:
 
 
 def cmd_report_coach_agreement(args: argparse.Namespace) -> int:
-    from mappa_envs.coach.agreement import agreement, format_agreement
-    from mappa_envs.coach.calibration import calibration, format_calibration
-    from mappa_envs.coach.rescore import episode_files
-    from mappa_envs.core import read_jsonl
-
     def records(source: str) -> list:
         path = Path(source)
         path = path / "trajectories.jsonl" if (path / "trajectories.jsonl").is_file() else path
@@ -84,9 +86,6 @@ def cmd_report_coach_agreement(args: argparse.Namespace) -> int:
 
 
 def cmd_report_compare(args: argparse.Namespace) -> int:
-    from baselines.evaluation.protocol import format_leaderboard, leaderboard, load_result
-    from benchmarks.report import _html
-
     try:
         board = leaderboard([load_result(p) for p in args.results])
     except ValueError as e:
@@ -103,8 +102,6 @@ def cmd_report_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report_run(args: argparse.Namespace) -> int:
-    from benchmarks.report import Run, write_report
-
     labels = list(args.label or [])
     if labels and len(labels) != len(args.runs):
         raise SystemExit(f"--label given {len(labels)} times for {len(args.runs)} runs")

@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mappa_envs.coach import coach_from_spec, rescore
+from mappa_envs.coach.rescore import coach_specs_help
+
 from .common import OldSpelling
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    from mappa_envs.coach.rescore import coach_specs_help
-
     p = sub.add_parser("rescore", help="re-score stored episodes (a run's rollouts, trajectories) with another coach")
     p.add_argument("source", help="a `mappa train` run folder (its rollouts/), a folder of *.jsonl, or one file")
     p.add_argument(
@@ -49,8 +50,6 @@ def run_env_kwargs(source: str) -> dict[str, dict[str, Any]]:
 
 
 def cmd_rescore(args: argparse.Namespace) -> int:
-    from mappa_envs.coach import coach_from_spec, rescore
-
     rescore(
         args.source,
         coach_from_spec(args.coach, max_tokens=args.max_tokens),

@@ -8,6 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from baselines import GenerationConfig, TransformersPolicy, run_episodes
+from baselines.weights.models import DEFAULT_MODEL
+from mappa_envs import list_envs, make
+from mappa_envs.core import write_jsonl
+from mappa_envs.metrics import summary_table
+
 from .common import env_args, key_values
 
 
@@ -47,19 +53,12 @@ def _cmd_old_envs(args: argparse.Namespace) -> int:
 
 
 def cmd_envs(_args: argparse.Namespace) -> int:
-    from mappa_envs import list_envs
-
     for spec in list_envs():
         print(f"{spec.id:<28}{spec.description}")
     return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from baselines import run_episodes
-    from mappa_envs import make
-    from mappa_envs.core import write_jsonl
-    from mappa_envs.metrics import summary_table
-
     env_kwargs: dict[str, Any] = env_args(args.env_arg)
     if args.split:
         env_kwargs["split"] = args.split
@@ -112,9 +111,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _load_policies(args: argparse.Namespace, roles: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The transformers policies of ``--model`` / ``--role-model``: (each distinct model once, the policy per role)."""
-    from baselines import GenerationConfig, TransformersPolicy
-    from baselines.weights.models import DEFAULT_MODEL
-
     gen = GenerationConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature, batch_size=args.batch_size)
     per_role = key_values(args.role_model, "--role-model")
     unknown = set(per_role) - set(roles)

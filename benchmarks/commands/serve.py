@@ -17,7 +17,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from baselines.evaluation.evaluate import EvalConfig
+from baselines.evaluation.teams import OpenAIPolicy
+from mappa_envs.coach import coach_from_spec
+from mappa_envs.core import ScriptedPolicy, SerialPolicy
+from mappa_envs.integrations.seat import check_seat
+
 from .common import OldSpelling, env_args, key_values
+
+# teams.build_policies is looked up when the team is built (a test replaces it); the OpenEnv server (pandas) and the
+# sibling command modules are imported where they are used.
 
 
 def add_parser(sub: Any) -> None:
@@ -87,8 +96,6 @@ def policies_from_args(
     Local models (``engine``: vLLM or transformers; one per distinct model) and scripted policies are shared by the
     server's sessions, so each is wrapped in :class:`~mappa_envs.core.SerialPolicy` (one call at a time).
     """
-    from mappa_envs.core import ScriptedPolicy, SerialPolicy
-
     policies: dict[str, Any] = {}
     local: dict[str, dict[str, str]] = {}
     for role, value in key_values(items, "--policy").items():
@@ -105,8 +112,6 @@ def policies_from_args(
         elif value.startswith("model:") and value[len("model:") :]:
             local[role] = {"kind": "local", "model": value[len("model:") :]}
         elif "@" in value and value.split("@", 1)[0]:
-            from baselines.evaluation.teams import OpenAIPolicy
-
             model, url = value.split("@", 1)
             policies[role] = OpenAIPolicy(url, model, max_tokens=max_tokens, temperature=temperature)
         else:
@@ -115,7 +120,6 @@ def policies_from_args(
                 "or ROLE=scripted:REPLY"
             )
     if local:
-        from baselines.evaluation.evaluate import EvalConfig
         from baselines.evaluation.teams import build_policies
 
         cfg = EvalConfig(engine=engine, max_new_tokens=max_tokens, temperature=temperature)
@@ -130,14 +134,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from mappa_envs.integrations.openenv_server import create_mappa_app, serve
     except ImportError as e:
         raise SystemExit(f"mappa env serve needs openenv-core: pip install 'mappa-envs[openenv]' ({e})") from e
-    from mappa_envs.coach import coach_from_spec
 
     env_kwargs: dict[str, Any] = env_args(args.env_arg)
     if args.split:
         env_kwargs["split"] = args.split
     if args.sandbox:
         env_kwargs["sandbox"] = args.sandbox
-    from mappa_envs.integrations.seat import check_seat
 
     try:  # the seat and the roles --policy names, checked before any model is loaded for them
         named = key_values(args.policy, "--policy")

@@ -7,23 +7,32 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from baselines.config import SANDBOX_RECORD_VAR
+from baselines.config import SANDBOX_RECORD_VAR, TrainConfig, config_record
+from baselines.evaluation.evaluate import test_name
+from baselines.planning.gpu_plan import Hardware, plan_report
+from baselines.planning.presets import HARDWARE, preset_lines
+from baselines.ray_learner.ray_connect import RayConnectError, join
+from baselines.runs.console import setup_run_logging
+from baselines.runs.store import FinishedRun, check_resumable, drop_finished_checkpoints
+from mappa_envs.metrics import BEHAVIOUR_LABELS, paired_change, wilson_interval
 
 from .common import add_ray_address
 from .configuration import add_configuration_options, announce_sandbox, base_config, no_configuration, source
 from .options import add_options, given
 
+# The trainers (torch, transformers, Ray) are imported inside the functions that use them: the CLI's other commands, and
+# --help, load none of them; check_config and the GPU memory probe are looked up when called (tests replace them).
+
 
 def add_parser(sub: Any, config: type | None = None) -> argparse.ArgumentParser:
     """``mappa train``'s parser: a flag for every field of the configuration (``config``, default
     :class:`~baselines.config.TrainConfig`; :mod:`.options`), besides ``--preset``, ``--dry-run`` and ``--verbose``."""
-    from baselines.config import TrainConfig
-
     p = sub.add_parser(
         "train",
         help="train every role with REINFORCE++ / GRPO / outcome-only",
@@ -57,8 +66,6 @@ def train_config(args: argparse.Namespace):
     """The ``TrainConfig`` of ``mappa train``'s arguments: the preset and the configuration file
     (:func:`base_config`), with each option given replacing its field (a repeatable ``KEY=VALUE`` option adding to
     the mapping)."""
-    from baselines.config import TrainConfig
-
     try:
         base = base_config(args.preset, getattr(args, "config", None))
     except ValueError as e:
@@ -70,8 +77,6 @@ def train_config(args: argparse.Namespace):
 
 def cmd_train(args: argparse.Namespace) -> int:
     if args.list_presets:
-        from baselines.planning.presets import preset_lines
-
         print(preset_lines())
         return 0
     if args.preset is None and args.config is None:
@@ -80,7 +85,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(json.dumps(dataclasses.asdict(cfg)), flush=True)  # machine-readable, first line
         return _dry_run(cfg, args.preset, source(args))
-    from baselines.runs.console import setup_run_logging
 
     out = Path(cfg.out_dir)
     sandbox = announce_sandbox(cfg)
@@ -109,7 +113,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _environment(changes: dict[str, str | None]):
     """The environment variables ``changes`` set (None: unset) while the block runs, then restored as they were."""
-    import os
 
     def put(values: dict[str, str | None]) -> None:
         for name, value in values.items():
@@ -141,8 +144,6 @@ def _trainer(cfg):
 def _fmt_eval(e: dict) -> str:
     """An evaluation's line: accuracy (DSBench: valid submissions) with its Wilson interval, a scored task's mean
     quality, and the code figures of the team's first role with tools (every role's are in :func:`_fmt_behaviour`)."""
-    from mappa_envs.metrics import wilson_interval
-
     lo, hi = wilson_interval(e["correct"], e["episodes"])
     line = f"accuracy {e['accuracy']:.1%} [{lo:.0%}, {hi:.0%}] ({e['correct']}/{e['episodes']})"
     if "mean_quality" in e:
@@ -155,8 +156,6 @@ def _fmt_eval(e: dict) -> str:
 
 def _fmt_behaviour(before: dict, after: dict) -> list[str]:
     """Per role, each behaviour figure that is not 0 before and after: ``before -> after``."""
-    from mappa_envs.metrics import BEHAVIOUR_LABELS
-
     lines = []
     for role, b in (before.get("behaviour") or {}).items():
         a = (after.get("behaviour") or {}).get(role, {})
@@ -186,8 +185,6 @@ def _fmt_categories(before: dict, after: dict) -> list[str]:
 
 
 def _fmt_paired(p: dict) -> str:
-    from baselines.evaluation.evaluate import test_name
-
     return (
         f"accuracy {p['accuracy_before']:.1%} [{p['ci95_before'][0]:.0%}, {p['ci95_before'][1]:.0%}] -> "
         f"{p['accuracy_after']:.1%} [{p['ci95_after'][0]:.0%}, {p['ci95_after'][1]:.0%}]; paired ("
@@ -233,9 +230,7 @@ def _print_gpu_plan(cfg, preset_name: str | None) -> None:
     """The GPU plan (:mod:`baselines.planning.gpu_plan`): on this machine's GPUs, or, on a machine without one, on the
     preset's declared hardware (:data:`baselines.planning.presets.HARDWARE`); nothing for a CPU preset on a CPU
     machine."""
-    from baselines.planning.gpu_plan import Hardware, plan_report
     from baselines.planning.memory import _gpu_memory
-    from baselines.planning.presets import HARDWARE
 
     gpus = _gpu_memory()
     if gpus:
@@ -252,9 +247,6 @@ def _print_gpu_plan(cfg, preset_name: str | None) -> None:
 
 def _train(cfg, out: Path, log_dir: Path) -> int:
     """``mappa train`` after the configuration is shown and the logs are set up: build, evaluate, train, evaluate."""
-    from baselines.config import config_record
-    from baselines.runs.store import FinishedRun, check_resumable
-
     t0 = time.monotonic()
     try:
         saved = check_resumable(cfg)
@@ -297,8 +289,6 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
     finally:
         trainer.close()
     if not cfg.keep_finished_checkpoints:
-        from baselines.runs.store import drop_finished_checkpoints
-
         drop_finished_checkpoints(out, list(trainer.roles), log=lambda line: print(line, flush=True))
     print(f"done in {time.monotonic() - t0:.0f}s; outputs in {cfg.out_dir} (library logs in {log_dir})")
     return 0
@@ -308,8 +298,6 @@ def cluster_joinable(prog: str) -> bool:
     """Whether the Ray cluster named by ``RAY_ADDRESS`` (``--ray-address``) accepts this process, asked before the
     models load (a few seconds: :func:`baselines.ray_learner.ray_connect.join`); its paragraph on stderr when it does
     not. True without an address (a local cluster of our own)."""
-    from baselines.ray_learner.ray_connect import RayConnectError, join
-
     try:
         join()
     except RayConnectError as e:
@@ -393,8 +381,6 @@ def _print_iteration(trainer, cfg, m: dict, t0: float) -> None:
 
 def _print_changes(cfg, evals: dict[str, Any]) -> None:
     """Each held-out split's change with its paired test (stored as its ``paired``) and the per-role behaviour."""
-    from mappa_envs.metrics import paired_change
-
     pairs = [(evals, evals["before"], evals["after"])] + [
         (evals["splits"][s], evals["splits"][s]["before"], evals["splits"][s]["after"]) for s in cfg.eval_extra_splits
     ]
