@@ -475,15 +475,24 @@ def test_the_trainer_uses_the_sampling_temperature_and_the_scheduled_rate(tiny_m
     assert cfg.lr_at(0) < cfg.lr_at(1)  # the warm-up's first iteration
 
 
-def test_rollout_timings_count_rounds_requests_and_where_the_time_went():
+def test_rollout_timings_count_rounds_requests_and_where_the_time_went(monkeypatch):
     """run_episodes' ``timings``: every request is one conversation sent to a policy, a round is one pass over the
     active envs; the generation and env-stepping seconds are what the rollout spent (a slow policy shows up in
-    generate_s, not in env_s), and the stored log-probs of a Generation reach the action."""
-    import time
+    generate_s, not in env_s), and the stored log-probs of a Generation reach the action. The rollout's clock is a
+    fake one that only the policy moves (one second a call): the figures are exact, whatever the machine's load."""
+    from types import SimpleNamespace
+
+    import baselines.evaluation.rollout as rollout_module
+
+    clock = SimpleNamespace(now=100.0)
+    monkeypatch.setattr(rollout_module, "time", SimpleNamespace(perf_counter=lambda: clock.now))
 
     class Slow:
+        calls = 0
+
         def generate(self, batch):
-            time.sleep(0.05)
+            clock.now += 1.0
+            Slow.calls += 1
             return [Generation("\\boxed{42}", [5, 6], "stop", [-0.1, -0.2]) for _ in batch]
 
     timings: dict = {}
@@ -492,5 +501,6 @@ def test_rollout_timings_count_rounds_requests_and_where_the_time_went():
     )
     actions = sum(len(r.actions) for r in records)
     assert timings["requests"] == actions and timings["rounds"] >= 3  # three roles take turns
-    assert timings["generate_s"] >= 0.05 * timings["rounds"] > timings["env_s"] >= 0.0
+    assert Slow.calls == timings["rounds"]  # one batch a round: one policy serves every role
+    assert timings["generate_s"] == float(Slow.calls) and timings["env_s"] == 0.0
     assert records[0].actions[0].generation.logprobs == [-0.1, -0.2]
