@@ -282,8 +282,12 @@ def test_an_update_on_an_llm_coachs_scores_leaves_its_failed_calls_out(tmp_path)
     for role in ("problem_solver", "code_executor", "verifier"):
         r = m[role]
         assert r["masked_fallbacks"] == r["coach_fallbacks"] and r["coach_calls"] >= r["coach_evaluations"]
-        if r["samples"] > 1:  # scored actions with different scores: the role took its step on them
+        scores = {a.coach.score for a in actions if a.role == role and not a.coach.fallback_used}
+        assert r["samples"] == sum(a.role == role and not a.coach.fallback_used for a in actions)
+        if len(scores) > 1:  # scored actions with different scores: the role took its step on them
             assert r["skipped"] == 0 and r["grad_norm"] > 0
+        elif r["samples"]:  # one score for all of them (which calls fail depends on their order): every advantage 0
+            assert r["skipped"] == 1 and r["adv_abs_mean"] == 0.0
     assert len({a.coach.score for a in actions if not a.coach.fallback_used}) > 1
     assert any(m[r]["skipped"] == 0 for r in ("problem_solver", "code_executor", "verifier"))
 
