@@ -17,6 +17,8 @@
    (:mod:`benchmarks.training`): one role's update against a plain PyTorch loop and TRL's GRPOTrainer step on the
    same MathChat-length samples; rollout generation against the same prompts in one raw batch; a role's weight
    sync against an in-memory copy; one demo iteration per episode against the previous demo settings.
+9. start: a run of the distributed trainer (smoke preset) starting on a warm actor pool against its cold start
+   (:mod:`benchmarks.pool_bench`).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from sandboxes import Limits, make_sandbox
 # torch, transformers, datasets, TRL and the trainers are imported inside the functions that use them: the CLI's other
 # commands, and --help, load none of them.
 
-SECTIONS = ("env", "sandbox", "coach", "generation", "trainer", "update", "lora", "rollout", "demo")
+SECTIONS = ("env", "sandbox", "coach", "generation", "trainer", "update", "lora", "rollout", "start", "demo")
 
 
 def _median_ms(xs: list[float]) -> float:
@@ -261,6 +263,12 @@ def _training():
     return training
 
 
+def _pool_bench():
+    from benchmarks import pool_bench
+
+    return pool_bench
+
+
 def _lora():
     from benchmarks import lora_bench
 
@@ -313,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         ("update", lambda: _training().bench_update(*((4, 2) if args.quick else (8, 2)))),
         ("lora", lambda: _lora().bench_lora(*((2, 2) if args.quick else (4, 2))) + _lora().bench_lora_engines()),
         ("rollout", lambda: _training().bench_rollout_and_sync(8 if args.quick else 16)),
+        ("start", lambda: _pool_bench().bench_run_start()),
         ("demo", lambda: [_training().bench_demo_iteration()]),
     ]
     # the demo iterations run in child processes whose memory check counts this process's: before the sections

@@ -1,6 +1,7 @@
 """The subprocess backend: statuses, limits, workspace persistence, clean environment."""
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -29,11 +30,33 @@ def test_error_keeps_traceback(session):
     assert "ValueError: boom" in r.stderr
 
 
-def test_timeout_within_a_second(session):
-    t = time.monotonic()
-    r = session.run("while True: pass")
-    assert r.status == ExecStatus.TIMEOUT
-    assert time.monotonic() - t < 2.0 + 1.0
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead and not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def _gone(pid: int, within_s: float = 10.0) -> bool:
+    """Polls until ``pid`` has exited (at most ``within_s``: a bound for a loaded machine, not a timing claim)."""
+    deadline = time.monotonic() + within_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_timeout_stops_the_program(session, tmp_path):
+    """The limit's program is killed: the result says so, it ran at least the limit, and its process is gone when
+    ``run`` returns (the wall-clock speed of the kill is a benchmark's, `mappa bench`, not this test's)."""
+    pid_file = tmp_path / "pid"
+    r = session.run(f"import os\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\nwhile True: pass")
+    assert r.status == ExecStatus.TIMEOUT and r.duration_s >= 2.0, r
+    pid = int(pid_file.read_text())
+    assert _gone(pid)
 
 
 def test_memory_bomb_is_oom(session):
@@ -56,13 +79,15 @@ def test_host_environment_not_inherited(session, monkeypatch):
 
 
 def test_background_children_killed(session, tmp_path):
-    marker = tmp_path / "alive"
-    child = f"import time; time.sleep(1.5); open({str(marker)!r}, 'w')"
-    code = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {child!r}])\nprint('started')"
+    """A child the program leaves running is killed with it (polled for, no fixed sleep)."""
+    code = (
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(child.pid)"
+    )
     r = session.run(code)
     assert r.status == ExecStatus.OK, r
-    time.sleep(2.0)
-    assert not marker.exists()
+    assert _gone(int(r.stdout.strip()))
 
 
 def test_workspace_removed_on_close():

@@ -231,7 +231,7 @@ def _check_options(cfg: TrainConfig) -> Check:
     )
 
 
-def _check_memory(cfg: TrainConfig, folder: Path | None, n_roles: int | None) -> Check:
+def _check_memory(cfg: TrainConfig, folder: Path | None, n_roles: int | None, held_gib: float = 0.0) -> Check:
     if cfg.trainer not in choices(TrainConfig, "trainer"):
         return Check("memory", True, "not estimated: unknown trainer")
     shape = model_shape(cfg.model, folder)
@@ -239,6 +239,9 @@ def _check_memory(cfg: TrainConfig, folder: Path | None, n_roles: int | None) ->
         return Check("memory", True, f"not estimated: the shape of {cfg.model!r} is unknown (no config.json)")
     assumed = n_roles is None
     est = estimate_memory(cfg, shape, n_roles or 3)
+    if held_gib > 0 and est.budget is not None and est.target == "host":  # the pool's actors: this run's to take
+        held = f"{est.budget_source}, plus {held_gib:.1f} GiB held by the idle actors of the run's pool"
+        est = estimate_memory(cfg, shape, n_roles or 3, budget=(est.budget + held_gib, held))
     if assumed:
         est.notes.append("3 roles assumed: the environment could not be built")
     if not est.fits and est.budget is not None:
@@ -307,10 +310,13 @@ def _check_placement(cfg: TrainConfig, roles: list[str] | None) -> Check:
     return Check("placement", not problems, detail)
 
 
-def check_config(cfg: TrainConfig, *, roles: list[str] | None = None, n_tasks: int | None = None) -> list[Check]:
+def check_config(
+    cfg: TrainConfig, *, roles: list[str] | None = None, n_tasks: int | None = None, held_gib: float = 0.0
+) -> list[Check]:
     """Every pre-flight check of ``cfg`` (see the module docstring). ``roles`` and ``n_tasks``: the training
-    environment's, when the caller has built it already (otherwise it is built here). Loads no model, starts no
-    Ray, downloads nothing."""
+    environment's, when the caller has built it already (otherwise it is built here); ``held_gib``: memory that idle
+    pooled actors hold and the run will take or stop (:mod:`baselines.training.pool`), counted as available. Loads no
+    model, starts no Ray, downloads nothing."""
     model, folder = _check_model(cfg)
     tasks, found_roles = _check_tasks(cfg, roles, n_tasks)
     checks = [model, tasks]
@@ -322,7 +328,7 @@ def check_config(cfg: TrainConfig, *, roles: list[str] | None = None, n_tasks: i
         checks.append(_check_role_weights(cfg, found_roles))
     if cfg.placement:
         checks.append(_check_placement(cfg, found_roles))
-    checks.append(_check_memory(cfg, folder, len(found_roles) if found_roles else None))
+    checks.append(_check_memory(cfg, folder, len(found_roles) if found_roles else None, held_gib))
     return checks
 
 

@@ -8,14 +8,17 @@ Nothing here imports Ray, vLLM or DeepSpeed at module level: the classes are pla
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from baselines.algorithm.losses import ppo_clip_loss
+from baselines.algorithm.samples import Sample, TokenBatch, autocast, sample_rows, token_logprobs, tokenize_samples
 from baselines.config import TrainConfig
-from baselines.ray_learner.engines import pack_weights
+from baselines.ray_learner.ds_setup import adamw, deepspeed_config, rank_device, release_freed_memory
+from baselines.ray_learner.engines import RESET_STEPS, pack_weights
 from baselines.ray_learner.packing import (
     SharedPrefix,
     balance,
@@ -28,81 +31,9 @@ from baselines.ray_learner.packing import (
     sharing_prefix,
     strip_prefix,
 )
-
-__all__ = ["RoleWorker", "adamw", "balance", "deepspeed_config", "micro_batches", "plan_shards"]
-import ctypes
-import sys
-
-from baselines.algorithm.samples import Sample, TokenBatch, autocast, sample_rows, token_logprobs, tokenize_samples
 from baselines.runs.console import redirect_actor_output
 
-
-def _release_freed_memory() -> None:
-    """Give the memory the last pass freed back to the system (glibc keeps it in its arenas otherwise: an idle
-    rank then holds its last step's activations, ~0.9 GB measured, while the next role's step peaks). Linux only."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc (musl): nothing to release this way
-            pass
-
-
-# ----------------------------------------------------------------------------------------------- DeepSpeed rank
-
-
-def adamw(params: Any, cfg: TrainConfig) -> Any:
-    """torch's AdamW with the config's rate, betas and weight decay, in its fused implementation where the device
-    has one (the same update in one kernel per parameter group: measured 0.10 s against 0.40 s per step for
-    SmolLM2-135M on CPU)."""
-    import torch
-
-    params = list(params)
-    kwargs = {"lr": cfg.lr, "betas": cfg.betas, "weight_decay": cfg.weight_decay}
-    try:
-        return torch.optim.AdamW(params, fused=True, **kwargs)
-    except (RuntimeError, TypeError, ValueError):  # a device or dtype without the fused kernel
-        return torch.optim.AdamW(params, **kwargs)
-
-
-def deepspeed_config(cfg: TrainConfig, world_size: int, *, train: bool) -> dict[str, Any]:
-    """ZeRO-3 without offload; gradient accumulation is ours (``managed_gradient_accumulation: false``: every
-    ``step()`` is a boundary, so a role's batch may have any number of micro-batches)."""
-    bf16 = cfg.resolved_dtype() == "bfloat16"
-    conf: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": cfg.micro_batch,
-        "gradient_accumulation_steps": 1,
-        "train_batch_size": cfg.micro_batch * world_size,
-        "zero_optimization": {"stage": cfg.zero_stage},
-        "bf16": {"enabled": bf16},
-        "steps_per_print": 10**9,
-        "wall_clock_breakdown": False,
-    }
-    if cfg.zero_stage == 3:
-        # DeepSpeed's default buckets (5e8 elements for reductions) are sized for billion-parameter models; these
-        # cut the peak memory of a 135M model's update by ~1.5 GB on CPU (measured) at no measurable cost in speed
-        conf["zero_optimization"].update(
-            stage3_param_persistence_threshold=0,
-            reduce_bucket_size=int(2e7),
-            stage3_prefetch_bucket_size=int(2e7),
-            stage3_max_live_parameters=int(5e7),
-            sub_group_size=int(5e7),
-        )
-    if train:
-        conf["gradient_clipping"] = cfg.grad_clip
-        conf["managed_gradient_accumulation"] = False
-    elif cfg.zero_stage != 3:
-        conf["zero_optimization"] = {"stage": 0}  # a frozen reference has nothing to shard below stage 3
-    return conf
-
-
-def rank_device(device: str) -> tuple[str, str]:
-    """A rank's collective backend and torch device for the run's ``device``: NCCL on ``cuda:0`` on GPU (Ray sets
-    each actor's ``CUDA_VISIBLE_DEVICES`` to its own GPU, so it is always the first it sees), gloo on the CPU.
-
-    >>> rank_device("cuda"), rank_device("cpu")
-    (('nccl', 'cuda:0'), ('gloo', 'cpu'))
-    """
-    return ("nccl", "cuda:0") if device == "cuda" else ("gloo", "cpu")
+__all__ = ["RoleWorker", "adamw", "balance", "deepspeed_config", "micro_batches", "plan_shards", "rank_device"]
 
 
 def _logp_gap(lps: list[Any], behaviour: list[Any]) -> tuple[float, int]:
@@ -123,8 +54,7 @@ class RoleWorker:
         redirect_actor_output(os.environ.get("MAPPA_ACTOR_LOG_DIR"), f"trainer-{role}-rank{rank}")
         import torch
 
-        self.role, self.rank, self.world_size, self.cfg = role, rank, world_size, cfg
-        device = cfg.resolved_device()
+        self.rank, self.world_size = rank, world_size
         os.environ.update(
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(master_port),
@@ -134,39 +64,101 @@ class RoleWorker:
             LOCAL_WORLD_SIZE="1",
         )
         import deepspeed
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        backend, torch_device = rank_device(device)
+        backend, torch_device = rank_device(cfg.resolved_device())
         deepspeed.init_distributed(dist_backend=backend, verbose=False)
         self.device = torch.device(torch_device)
+        self._torch = torch
+        self._build(role, model_path, cfg, reference=True)
+
+    def _build(
+        self, role: str, model_path: str, cfg: TrainConfig, *, reference: bool, state=None, seed: bool = True
+    ) -> None:
+        """The trained model (from ``model_path``, or ``state`` over it) and its optimiser in a new DeepSpeed engine;
+        with ``reference`` the frozen reference too (also ZeRO-3 sharded)."""
+        import deepspeed
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch = self._torch
+        self.role, self.cfg = role, cfg
         self._autocast = cfg.resolved_autocast()  # forward passes in bfloat16, weights and gradients in dtype
         dtype = getattr(torch, cfg.resolved_dtype())
-        torch.manual_seed(cfg.seed)
+        if seed:
+            torch.manual_seed(cfg.seed)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+        if state is not None:
+            model.load_state_dict(state, strict=False)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.config.use_cache = False
         self.tied = bool(getattr(model.config, "tie_word_embeddings", False))
-        ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
+        ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).eval() if reference else None
         optimizer = adamw(model.parameters(), cfg)
         self.engine, *_ = deepspeed.initialize(
-            model=model, optimizer=optimizer, config=deepspeed_config(cfg, world_size, train=True)
+            model=model, optimizer=optimizer, config=deepspeed_config(cfg, self.world_size, train=True)
         )
-        if world_size == 1 and cfg.zero_stage == 0:
+        if self.world_size == 1 and cfg.zero_stage == 0:
             # one rank has nothing to reduce, but DeepSpeed's stage 0 still runs every gradient through an all-reduce
             # at each step (ZeRO stages partition the gradients in that path: they keep it)
             self.engine.enable_backward_allreduce = False
-        self.ref, *_ = deepspeed.initialize(model=ref, config=deepspeed_config(cfg, world_size, train=False))
-        self._torch = torch
+        if ref is not None:
+            for p in ref.parameters():
+                p.requires_grad_(False)
+            self.ref, *_ = deepspeed.initialize(model=ref, config=deepspeed_config(cfg, self.world_size, train=False))
+
+    def reset(
+        self, role: str, model_path: str, cfg: TrainConfig, steps: Sequence[str] = RESET_STEPS, log_dir=None
+    ) -> None:
+        """Make this rank as a fresh one of ``role`` under ``cfg`` (a pooled rank's next run:
+        :mod:`baselines.training.pool`). ``optimizer``: a new DeepSpeed engine and optimiser (step count 0) on
+        ``weights``: the starting model read again from ``model_path`` (the frozen reference, the same model, is
+        kept); ``rng``: torch seeded from ``cfg.seed``. Collective: every rank of the role at once. ``steps`` leaves
+        steps out only to show that each is needed (the pool's test)."""
+        redirect_actor_output(log_dir, f"trainer-{role}-rank{self.rank}")
+        if "optimizer" in steps:
+            state = None if "weights" in steps else self._gathered()
+            self.engine.destroy()
+            self.engine = None
+            gc.collect()
+            self._build(role, model_path, cfg, reference=False, state=state, seed="rng" in steps)
+        else:
+            self.role, self.cfg = role, cfg
+            if "weights" in steps:
+                self._load_in_place(model_path)
+            if "rng" in steps:
+                self._torch.manual_seed(cfg.seed)
+        release_freed_memory()
+
+    def _gathered(self) -> dict[str, Any]:
+        """Every parameter of the trained model, whole, on every rank (copies)."""
+        import deepspeed
+
+        out = {}
+        for name, p in self.engine.module.named_parameters():
+            with deepspeed.zero.GatheredParameters([p], enabled=self.cfg.zero_stage == 3):
+                out[name] = p.data.detach().to("cpu", copy=True)
+        return out
+
+    def _load_in_place(self, model_path: str) -> None:
+        """The starting model's weights copied into the live parameters (the optimiser's state kept)."""
+        import deepspeed
+        from transformers import AutoModelForCausalLM
+
+        start = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.engine.module.dtype).state_dict()
+        for name, p in self.engine.module.named_parameters():
+            with deepspeed.zero.GatheredParameters([p], modifier_rank=0, enabled=self.cfg.zero_stage == 3):
+                p.data.copy_(start[name])
 
     def ready(self) -> str:
         """The id of the node this actor runs on, once it is up."""
         import ray
 
         return ray.get_runtime_context().get_node_id()
+
+    def pid(self) -> int:
+        """This actor's process id (the pool's memory figure)."""
+        return os.getpid()
 
     # --- batches
     def _batch(self, samples: Sequence[Sample]):
@@ -261,7 +253,7 @@ class RoleWorker:
                 for idx, lps in self._passes(self.ref, samples, n_micro):
                     for k, i in enumerate(idx):
                         out[i] = (out[i][0], lps[k].float().cpu())
-        _release_freed_memory()
+        release_freed_memory()
         return out
 
     def train_step(
@@ -322,7 +314,7 @@ class RoleWorker:
         )
         if gap_n:
             stats["rollout_logp_gap"] = gap / gap_n
-        _release_freed_memory()
+        release_freed_memory()
         return stats
 
     def _pass_loss(

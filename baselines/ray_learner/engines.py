@@ -68,6 +68,23 @@ def unpack_weights(weights: dict[str, Any]) -> list[tuple[str, Any]]:
 
 # ----------------------------------------------------------------------------------------------- vLLM engine
 
+RESET_STEPS = ("weights", "optimizer", "rng")
+"""What resetting a pooled actor does (:mod:`baselines.training.pool`): its weights back to the run's starting model,
+its optimiser (and step count) rebuilt, its random generators seeded from the run's seed."""
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and torch's generators in this process."""
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
 LORA_RANK_SLOTS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The ``max_lora_rank`` values vLLM accepts."""
 
@@ -79,6 +96,22 @@ def lora_rank_slot(ranks: dict[str, int]) -> int:
         if slot >= top:
             return slot
     raise ValueError(f"LoRA rank {top}: vLLM serves ranks up to {LORA_RANK_SLOTS[-1]}")
+
+
+def starting_weights(model_path: str) -> list[tuple[str, Any]]:
+    """A model folder's weights by Hugging Face name, the output head included where the embedding is tied to it
+    (the trainer sends it so, :meth:`~baselines.ray_learner.distributed.RoleWorker.full_state`, and vLLM then holds
+    its own copy: reading the folder alone, vLLM's reload would leave the head as the last sync set it)."""
+    from safetensors.torch import load_file
+
+    state: dict[str, Any] = {}
+    for file in sorted(Path(model_path).glob("*.safetensors")):
+        state.update(load_file(str(file)))
+    if not state:
+        raise FileNotFoundError(f"no *.safetensors weights in {model_path}")
+    if "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    return list(state.items())
 
 
 class VLLMEngine:
@@ -122,7 +155,10 @@ class VLLMEngine:
             **kwargs,
         )
         self.max_model_len = max_model_len
+        self.model_path, self.name = model_path, name
         self.weight_version = 0
+        self.changed = False
+        """Weights loaded since the model was read from disk (what :meth:`reset` undoes, with the adapters)."""
         self.adapters: dict[str, Any] = {}  # role -> the LoRARequest of its latest adapter
         self._adapter_dir: str | None = None
 
@@ -131,6 +167,10 @@ class VLLMEngine:
         import ray
 
         return ray.get_runtime_context().get_node_id()
+
+    def pid(self) -> int:
+        """This actor's process id (the pool's memory figure)."""
+        return os.getpid()
 
     def generate(
         self,
@@ -176,6 +216,33 @@ class VLLMEngine:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": unpack_weights(weights)})
         self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
         self.weight_version += 1
+        self.changed = True
+        return time.perf_counter() - t0
+
+    def reset(
+        self, seed: int, *, steps: tuple[str, ...] = RESET_STEPS, log_dir: str | None = None, name: str | None = None
+    ) -> float:
+        """Make this engine as a fresh one started with ``seed`` (a pooled engine's next run:
+        :mod:`baselines.training.pool`; every run's engines, fresh ones too, so that both start from the same state):
+        ``weights``: the model read again from disk and every adapter dropped; the prefix cache cleared; ``rng``:
+        Python's, numpy's and torch's generators seeded (vLLM samples from torch's). Its output goes to
+        ``log_dir/<name>.log``. ``steps`` leaves steps out only to show that each is needed (the pool's test).
+        Returns seconds taken."""
+        t0 = time.perf_counter()
+        redirect_actor_output(log_dir, name or self.name)
+        if "weights" in steps:
+            if self.changed:
+                self.llm.collective_rpc(
+                    "reload_weights", kwargs={"weights_iterator": starting_weights(self.model_path)}
+                )
+            for request in self.adapters.values():
+                self.llm.llm_engine.remove_lora(request.lora_int_id)
+                shutil.rmtree(request.lora_path, ignore_errors=True)
+            self.adapters.clear()
+            self.changed = False
+        self.llm.reset_prefix_cache()
+        if "rng" in steps:
+            seed_everything(seed)
         return time.perf_counter() - t0
 
     def _lora(self, adapter: str | None) -> dict[str, Any]:

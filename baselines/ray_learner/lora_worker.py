@@ -14,13 +14,15 @@ trainer calls a LoRA role's ranks as it calls a full role's.
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 from typing import Any
 
 from baselines.config import TrainConfig
-from baselines.ray_learner.distributed import RoleWorker, _release_freed_memory, adamw, rank_device
-from baselines.ray_learner.engines import pack_weights
+from baselines.ray_learner.distributed import RoleWorker, adamw, rank_device
+from baselines.ray_learner.ds_setup import release_freed_memory
+from baselines.ray_learner.engines import RESET_STEPS, pack_weights
 from baselines.runs.console import redirect_actor_output
 from baselines.weights.lora import SharedBase
 
@@ -115,30 +117,57 @@ class LoraWorker(RoleWorker):
     ):
         redirect_actor_output(os.environ.get("MAPPA_ACTOR_LOG_DIR"), f"trainer-lora-rank{rank}")
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.role, self.rank, self.world_size, self.cfg = "lora", rank, world_size, cfg
+        self.rank, self.world_size = rank, world_size
         backend, torch_device = rank_device(cfg.resolved_device())
         self.device = torch.device(torch_device)
-        self._autocast = cfg.resolved_autocast()
         if world_size > 1:
             import torch.distributed as dist
 
             dist.init_process_group(
                 backend, init_method=f"tcp://127.0.0.1:{master_port}", rank=rank, world_size=world_size
             )
-        torch.manual_seed(cfg.seed)  # every rank draws the same initial adapters
+        self._torch = torch
+        self._build_lora(ranks, model_path, cfg)
+
+    def _build_lora(
+        self, ranks: dict[str, int | None], model_path: str, cfg: TrainConfig, *, seed: bool = True
+    ) -> None:
+        """The shared base from ``model_path``, a new adapter and optimiser per LoRA role."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch = self._torch
+        self.role, self.cfg = "lora", cfg
+        self._autocast = cfg.resolved_autocast()
+        if seed:
+            torch.manual_seed(cfg.seed)  # every rank draws the same initial adapters
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
         base = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, cfg.resolved_dtype()))
         self.tied = bool(getattr(base.config, "tie_word_embeddings", False))
         self.shared = SharedBase(base.to(self.device), dict(ranks))
         self.adapters = {
-            role: AdapterEngine(view, adamw(view.parameters(), cfg), world_size, cfg.grad_clip)
+            role: AdapterEngine(view, adamw(view.parameters(), cfg), self.world_size, cfg.grad_clip)
             for role, view in self.shared.views.items()
         }
         self.refs = {role: AdapterEngine(view.reference()) for role, view in self.shared.views.items()}
-        self._torch = torch
         self._use(next(iter(ranks)))
+
+    def reset(  # type: ignore[override]
+        self, ranks: dict[str, int | None], model_path: str, cfg: TrainConfig, steps=RESET_STEPS, log_dir=None
+    ) -> None:
+        """Make this rank as a fresh one (a pooled rank's next run: :mod:`baselines.training.pool`): the base read
+        again and new adapters drawn from ``cfg.seed``, each with a new optimiser. The adapters are the weights and the
+        optimiser's subject at once: leaving out ``weights`` or ``optimizer`` keeps both as they are."""
+        redirect_actor_output(log_dir, f"trainer-lora-rank{self.rank}")
+        if "weights" in steps and "optimizer" in steps:
+            self.shared = self.adapters = self.refs = None  # type: ignore[assignment]
+            gc.collect()
+            self._build_lora(ranks, model_path, cfg, seed="rng" in steps)
+        else:
+            self.cfg = cfg
+            if "rng" in steps:
+                self._torch.manual_seed(cfg.seed)
+        release_freed_memory()
 
     def _use(self, role: str) -> None:
         if role not in self.adapters:
@@ -214,7 +243,7 @@ class LoraWorker(RoleWorker):
             self.shared.views[role].load_state_dict(state[role]["adapter"])
             a.optimizer.load_state_dict(state[role]["optimizer"])
             a.global_steps = state[role]["steps"]
-        _release_freed_memory()
+        release_freed_memory()
 
     def export(self, path: str, role: str) -> None:  # type: ignore[override]
         """Rank 0 writes ``path``: the merged model (transformers folder with the tokenizer) and ``path/adapter/

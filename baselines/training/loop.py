@@ -114,7 +114,7 @@ class TrainerBase(ABC):
         probe.close()
         # every configuration problem (model on disk, pool size, GRPO's samples, held-out tasks, memory) is refused
         # here, before Ray or a model starts, not after a rollout
-        raise_for_failed(check_config(cfg, roles=self.roles, n_tasks=self.n_tasks))
+        raise_for_failed(check_config(cfg, roles=self.roles, n_tasks=self.n_tasks, held_gib=self.held_gib()))
         self.weights = role_specs(effective_role_weights(cfg, self.roles), self.roles, cfg.trainer)
         """Every role's weights (:mod:`baselines.weights.role_weights`): its own, frozen, or shared with another
         role."""
@@ -170,6 +170,10 @@ class TrainerBase(ABC):
         return CoachRewardWrapper(
             env, run_coach(cfg, self.coach_url)
         )  # 'rule', 'llm:MODEL@URL', or your own 'package.module:factory'
+
+    def held_gib(self) -> float:
+        """Memory held by actors this run takes over (a Ray trainer's pool): available to it, for the memory check."""
+        return 0.0
 
     @property
     def coach_url(self) -> str | None:

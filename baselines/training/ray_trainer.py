@@ -23,6 +23,7 @@ equal fractions; with several GPUs Ray spreads them.
 from __future__ import annotations
 
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from baselines.ray_learner.distributed import plan_shards
 from baselines.ray_learner.engines import VLLMPolicy
 from baselines.training.actors import start_actors
 from baselines.training.loop import TrainerBase
+from baselines.training.pool import ActorPool, RunStart
 from baselines.weights.models import resolve_model
 from baselines.weights.role_weights import role_models
 from baselines.weights.shapes import check_packable
@@ -183,7 +185,11 @@ class ShardPlan:
 class RayTrainer(TrainerBase):
     kind = "ray"
 
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, pool: ActorPool | None = None):
+        t0 = time.monotonic()
+        self.pool = pool
+        """Where the engines and ranks come from and go back to (:mod:`baselines.training.pool`), or None: started
+        here, stopped at :meth:`close`."""
         super().__init__(cfg)
         import ray
         from transformers import AutoConfig, AutoTokenizer
@@ -222,13 +228,22 @@ class RayTrainer(TrainerBase):
         }
         self.learner_of = {role: learner[self.owner[role]] for role in self.workers}
         self.start_coach(ray)  # --coach vllm:MODEL: the coach's server, in an actor beside the engines
+        n = len(self.pooled)
+        self.start = RunStart(str(self.out), time.monotonic() - t0, self.reused, n - self.reused)
+        """How this run got its actors, and how long its start took."""
+        if pool is not None:
+            pool.starts.append(self.start)
+
+    def held_gib(self) -> float:
+        return self.pool.held_gib() if self.pool is not None else 0.0
 
     def _start_actors(self, engine_dtype: str) -> None:
         """Engines and ranks from the role-to-weights map (:mod:`baselines.training.actors`), ready when this
         returns."""
         args = (self.roles, self.weights, self.model_paths, engine_dtype, self.device, self.out)
-        actors = start_actors(self._ray, self.cfg, *args)
+        actors = start_actors(self._ray, self.cfg, *args, pool=self.pool)
         self.engines, self.workers = actors.engines, actors.workers
+        self.pooled, self.reused = actors.pooled, actors.reused
         self.rendezvous_retries, self.lora_ranks = actors.rendezvous_retries, actors.lora_ranks
 
     def _policy(self, role: str, temperature: float) -> VLLMPolicy:
@@ -261,6 +276,13 @@ class RayTrainer(TrainerBase):
     def close(self) -> None:
         super().close()
         ray = self._ray
+        if self.pool is not None:  # back to the pool: the next run resets them
+            for key, item in self.pooled:
+                self.pool.give(key, item)
+            self.pooled = []
+            self.engines.clear()
+            self.workers.clear()
+            return
         lora_engines = {id(self.engines[r]): self.engines[r] for r in self.lora_ranks if r in self.engines}
         try:  # their adapter folders (a kill runs no clean-up in the actor)
             ray.get([e.remove_adapters.remote() for e in lora_engines.values()], timeout=30)

@@ -1,25 +1,32 @@
 """``mappa ablate``: REINFORCE++ with the coach, outcome-only REINFORCE++ and GRPO (or the arms named by
 ``--arms``, plug-ins included) on one preset and budget, for every seed of ``--seeds`` (each arm and seed a
-``mappa train`` process, every one checked before the first starts; finished ones are skipped on a re-run), then the
+``mappa train`` run, every one checked before the first starts; finished ones are skipped on a re-run), then the
 reports: ``OUT/report/report.md`` (the runs side by side) and ``OUT/report/ablation.md`` (pooled over seeds and
 problems, ``mappa report ablation``).
 
+The runs of the Ray trainer share this process and one :class:`~baselines.training.pool.ActorPool`: the first run
+starts the engines and ranks, every later one takes them and resets them (weights, optimiser, generators), so it
+starts in seconds; ``--fresh-actors`` runs each as its own ``mappa train`` process instead.
+
 Layout: ``OUT/ablation.json`` (arms with what each reward sees, seeds, commands), ``OUT/<arm>/seed-<s>/`` (a
-``mappa train`` run folder)."""
+``mappa train`` run folder), ``OUT/startup.json`` (each run's start-up, on a pool)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from baselines.config import TrainConfig, config_record
 from baselines.runs.store import drop_finished_checkpoints
+from baselines.training.pool import ActorPool
 
 from . import train
 from .common import OldSpelling, add_ray_address
@@ -53,6 +60,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="default runs/ablation-<preset>")
     p.add_argument("--no-resume", action="store_true")
     p.add_argument("--verbose", action="store_true", help="passed to every arm's `mappa train`")
+    p.add_argument(
+        "--fresh-actors",
+        action="store_true",
+        help="run each arm and seed as its own `mappa train` process, starting its own Ray cluster, engines and "
+        "ranks (by default the runs share one process and one set of warm actors, each reset for its run)",
+    )
     add_ray_address(p)
     p.add_argument(
         "--keep-finished-checkpoints",
@@ -251,26 +264,74 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     if not train.cluster_joinable("mappa ablate"):  # RAY_ADDRESS's cluster (--ray-address), before the first arm
         return 1
     _write_manifest(args, out, plan)
+    pool = None if args.fresh_actors or any(r.trainer != "ray" for r in plan) else ActorPool()
+    try:
+        rc = _run_plan(args, plan, pool)
+    finally:
+        _close_pool(pool, out)
+    if rc:
+        return rc
+    runs, labels = [str(r.path) for r in plan], [f"{r.arm}/seed-{r.seed}" for r in plan]
+    rc = cmd_report_run(argparse.Namespace(runs=runs, label=labels, out=str(out / "report"), eval=[]))
+    return rc or _report_ablation(out)
+
+
+def _run_plan(args: argparse.Namespace, plan: list[_Run], pool: ActorPool | None) -> int:
+    """Every run of the plan not finished already, in order: in this process on ``pool``'s actors, or (no pool) each
+    as its own ``mappa train`` process. Returns the first failure's exit status, or 0."""
     previous: _Run | None = None  # the last run started here
     for i, run in enumerate(plan):
         if not args.no_resume and _finished(run.path):
             print(f"[ablation] {run.arm} seed {run.seed}: finished already ({run.path})", flush=True)
         else:
-            if previous is not None and previous.trainer == "ray":
+            if pool is None and previous is not None and previous.trainer == "ray":
                 _wait_for_memory_release()
             previous = run
             print(f"[ablation] {run.arm} seed {run.seed} ({run.information}): mappa {' '.join(run.argv)}", flush=True)
-            rc = subprocess.call([sys.executable, "-m", "benchmarks.cli", *run.argv])
+            t0 = time.monotonic()
+            rc = (
+                _train_here(run, pool)
+                if pool is not None
+                else subprocess.call([sys.executable, "-m", "benchmarks.cli", *run.argv])
+            )
             if rc != 0:
                 print(f"[ablation] {run.arm} seed {run.seed} failed with exit status {rc}", file=sys.stderr)
                 return rc
+            start = f"start-up {pool.starts[-1].seconds:.0f}s, " if pool is not None and pool.starts else ""
+            print(f"[ablation] {run.arm} seed {run.seed}: {start}{time.monotonic() - t0:.0f}s in all", flush=True)
         if not args.keep_finished_checkpoints:
             _drop_checkpoints(run.path)
         if i == 0 and not args.no_resume:
             _share_before_evaluation(run.path, [r.path for r in plan[1:]])
-    runs, labels = [str(r.path) for r in plan], [f"{r.arm}/seed-{r.seed}" for r in plan]
-    rc = cmd_report_run(argparse.Namespace(runs=runs, label=labels, out=str(out / "report"), eval=[]))
-    return rc or _report_ablation(out)
+    return 0
+
+
+def _train_here(run: _Run, pool: ActorPool) -> int:
+    """One run's ``mappa train`` in this process, on the pool's actors; its exit status (a crash: its traceback, 1)."""
+    try:
+        return train.cmd_train(_train_parser().parse_args(run.argv), pool=pool)
+    except SystemExit as e:  # the command's own refusals
+        return e.code if isinstance(e.code, int) else 1
+    except Exception:
+        traceback.print_exc()
+        return 1
+
+
+def _close_pool(pool: ActorPool | None, out: Path) -> None:
+    """Stop the pool's actors and this process's Ray; each run's start-up to the console and ``OUT/startup.json``."""
+    if pool is None:
+        return
+    pool.close()
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    if pool.starts:
+        figures = ", ".join(
+            f"{Path(s.out_dir).parent.name}/{Path(s.out_dir).name} {s.seconds:.0f}s" for s in pool.starts
+        )
+        print(f"[ablation] start-up per run: {figures}", flush=True)
+        (out / "startup.json").write_text(json.dumps([dataclasses.asdict(s) for s in pool.starts], indent=1))
 
 
 def _drop_checkpoints(run: Path) -> None:

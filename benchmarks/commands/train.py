@@ -75,7 +75,9 @@ def train_config(args: argparse.Namespace):
     return dataclasses.replace(base, **given(args, TrainConfig, base=base, prog="mappa train"))
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def cmd_train(args: argparse.Namespace, pool=None) -> int:
+    """``mappa train``; ``pool``: a :class:`~baselines.training.pool.ActorPool` the Ray trainer takes its actors from
+    and gives them back to (``mappa ablate``'s runs in one process)."""
     if args.list_presets:
         print(preset_lines())
         return 0
@@ -103,7 +105,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         changes.update({"MAPPA_SANDBOX": sandbox["backend"], SANDBOX_RECORD_VAR: json.dumps(sandbox)})
     with _environment(changes):
         try:
-            return _train(cfg, out, log_dir)
+            return _train(cfg, out, log_dir, pool)
         except Exception:
             if not args.verbose:
                 print(f"mappa train: failed; the libraries' logs are in {log_dir}/", file=sys.stderr, flush=True)
@@ -129,11 +131,11 @@ def _environment(changes: dict[str, str | None]):
         put(before)
 
 
-def _trainer(cfg):
+def _trainer(cfg, pool=None):
     if cfg.trainer == "ray":
         from baselines.training.ray_trainer import RayTrainer
 
-        return RayTrainer(cfg)
+        return RayTrainer(cfg, pool=pool)
     if cfg.trainer == "local":
         from baselines.training.local_trainer import LocalTrainer
 
@@ -245,7 +247,7 @@ def _print_gpu_plan(cfg, preset_name: str | None) -> None:
     print(plan_report(cfg, hw))
 
 
-def _train(cfg, out: Path, log_dir: Path) -> int:
+def _train(cfg, out: Path, log_dir: Path, pool=None) -> int:
     """``mappa train`` after the configuration is shown and the logs are set up: build, evaluate, train, evaluate."""
     t0 = time.monotonic()
     try:
@@ -261,7 +263,7 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config_record(cfg), indent=2))  # before anything is stored
     try:
-        trainer = _trainer(cfg)
+        trainer = _trainer(cfg, pool)
     except ValueError as e:  # a configuration the checks refuse (baselines.planning.checks): the reasons, no traceback
         if not str(e).startswith("the training configuration cannot run here"):
             raise
@@ -272,6 +274,8 @@ def _train(cfg, out: Path, log_dir: Path) -> int:
         weights += f" (matmuls in {cfg.resolved_autocast()} autocast)"
     if cfg.trainer == "ray":
         weights += f", engines {cfg.resolved_engine_dtype()}"
+        if pool is not None:
+            weights += f"; actors: {trainer.start.reused} from the pool, {trainer.start.started} started"
     print(
         f"[{cfg.trainer} trainer ready in {time.monotonic() - t0:.0f}s; {weights} on {cfg.resolved_device()}]",
         flush=True,
