@@ -280,7 +280,18 @@ def test_ablate_waits_for_memory_only_after_a_ray_run(tmp_path, monkeypatch, tra
     monkeypatch.setattr(ablate, "cmd_report_run", lambda args: 0)
     monkeypatch.setattr(ablate, "_report_ablation", lambda out: 0)
     monkeypatch.setattr(baselines.planning.checks, "check_config", lambda cfg: [])
-    argv = ["ablate", "--preset", "smoke", "--seeds", "0,1", "--arms", "coach,outcome", "--trainer", trainer]
+    argv = [
+        "ablate",
+        "--preset",
+        "smoke",
+        "--seeds",
+        "0,1",
+        "--arms",
+        "coach,outcome",
+        "--trainer",
+        trainer,
+        "--fresh-actors",
+    ]
     assert cli.main([*argv, "--out", str(tmp_path / "abl")]) == 0
     assert len(calls) == waits
 
@@ -325,7 +336,18 @@ def test_ablate_runs_share_the_first_runs_before_training_evaluation(tmp_path, m
     monkeypatch.setattr(ablate, "cmd_report_run", lambda args: 0)
     monkeypatch.setattr(ablate, "_report_ablation", lambda out: 0)
     monkeypatch.setattr(baselines.planning.checks, "check_config", lambda cfg: [])  # not this machine's memory now
-    argv = ["ablate", "--preset", "demo", "--seeds", "0,1", "--arms", "coach,outcome,grpo", "--out", str(out)]
+    argv = [
+        "ablate",
+        "--preset",
+        "demo",
+        "--seeds",
+        "0,1",
+        "--arms",
+        "coach,outcome,grpo",
+        "--out",
+        str(out),
+        "--fresh-actors",
+    ]
     assert cli.main(argv) == 0
     assert len(seen) == 6 and seen["coach/seed-0"][1] is None
     assert seen["outcome/seed-0"][1] == {"before": before, "shared_from": str(out / "coach" / "seed-0")}
