@@ -274,10 +274,10 @@ def _train(cfg, out: Path, log_dir: Path, pool=None) -> int:
         weights += f" (matmuls in {cfg.resolved_autocast()} autocast)"
     if cfg.trainer == "ray":
         weights += f", engines {cfg.resolved_engine_dtype()}"
-        if pool is not None:
-            weights += f"; actors: {trainer.start.reused} from the pool, {trainer.start.started} started"
     print(
-        f"[{cfg.trainer} trainer ready in {time.monotonic() - t0:.0f}s; {weights} on {cfg.resolved_device()}]",
+        f"[{cfg.trainer} trainer ready in {time.monotonic() - t0:.0f}s; {weights} on {cfg.resolved_device()}"
+        + (f"; actors: {trainer.start.reused} from the pool, {trainer.start.started} started" if pool else "")
+        + "]",
         flush=True,
     )
     trainer.on_phase = lambda line: print(line, flush=True)
