@@ -117,7 +117,7 @@ class RoleWorker:
         steps out only to show that each is needed (the pool's test)."""
         redirect_actor_output(log_dir, f"trainer-{role}-rank{self.rank}")
         if "optimizer" in steps:
-            state = None if "weights" in steps else self._gathered()
+            state = None if "weights" in steps else self.full_state(everywhere=True)
             self.engine.destroy()
             self.engine = None
             gc.collect()
@@ -129,16 +129,6 @@ class RoleWorker:
             if "rng" in steps:
                 self._torch.manual_seed(cfg.seed)
         release_freed_memory()
-
-    def _gathered(self) -> dict[str, Any]:
-        """Every parameter of the trained model, whole, on every rank (copies)."""
-        import deepspeed
-
-        out = {}
-        for name, p in self.engine.module.named_parameters():
-            with deepspeed.zero.GatheredParameters([p], enabled=self.cfg.zero_stage == 3):
-                out[name] = p.data.detach().to("cpu", copy=True)
-        return out
 
     def _load_in_place(self, model_path: str) -> None:
         """The starting model's weights copied into the live parameters (the optimiser's state kept)."""
@@ -347,16 +337,18 @@ class RoleWorker:
         return self.engine.get_global_grad_norm() if norm is None else norm
 
     # --- weights and checkpoints
-    def full_state(self) -> dict[str, Any] | None:
-        """The whole model (gathered from the ZeRO-3 shards) on rank 0, by Hugging Face name; None elsewhere."""
+    def full_state(self, everywhere: bool = False) -> dict[str, Any] | None:
+        """The whole model (gathered from the ZeRO-3 shards) on rank 0 (``everywhere``: on every rank), by Hugging
+        Face name; None elsewhere."""
         import deepspeed
 
+        keep = everywhere or self.rank == 0
         out: dict[str, Any] = {}
         for name, p in self.engine.module.named_parameters():
             with deepspeed.zero.GatheredParameters([p], enabled=self.cfg.zero_stage == 3):
-                if self.rank == 0:
+                if keep:
                     out[name] = p.data.detach().to("cpu", copy=True)
-        if self.rank != 0:
+        if not keep:
             return None
         if self.tied and "lm_head.weight" not in out:  # vLLM reloads the head by name, tied or not
             out["lm_head.weight"] = out["model.embed_tokens.weight"]

@@ -80,10 +80,10 @@ def _take(ray: Any, pool: ActorPool | None, keys: dict[tuple[str, str], ActorKey
 
 
 def _start_engine(
-    ray: Any, cfg: TrainConfig, options: dict, g: str, path: str, dtype: str, index: int, lora: dict[str, int]
+    ray: Any, cfg: TrainConfig, options: dict, g: str, path: str, dtype: str, seed: int, lora: dict[str, int]
 ) -> Any:
-    """Group ``g``'s engine (the ``index``-th role's), ready when this returns on a GPU (vLLM profiles the free
-    memory as it starts: one at a time)."""
+    """Group ``g``'s engine, ready when this returns on a GPU (vLLM profiles the free memory as it starts: one at a
+    time)."""
     device = cfg.resolved_device()
     engine = (
         ray.remote(VLLMEngine)
@@ -92,7 +92,7 @@ def _start_engine(
             path,
             dtype=dtype,
             device=device,
-            seed=cfg.seed + index,
+            seed=seed,
             max_model_len=cfg.max_prompt_tokens + cfg.max_new_tokens,
             kv_cache_gb=cfg.engine_kv_cache_gb,
             gpu_memory_utilization=cfg.gpu_memory_utilization,
@@ -146,12 +146,13 @@ def start_actors(
         for g in groups
     }
     steps = pool.reset_steps if pool is not None else RESET_STEPS
+    seeds = {g: cfg.seed + roles.index(g) for g in engine_groups}  # each role's engine its own stream
     taken = _take(ray, pool, keys, steps, lambda g: (lora if g in lora else g, paths[g], cfg, steps, log_dir))
     by_group: dict[str, Any] = {g: a for (kind, g), a in taken.items() if kind == "engine"}
     reused_ranks = {g: a for (kind, g), a in taken.items() if kind == "ranks"}
     for g in engine_groups:
         if g not in by_group:
-            by_group[g] = _start_engine(ray, cfg, on("engine", g), g, paths[g], engine_dtype, roles.index(g), lora)
+            by_group[g] = _start_engine(ray, cfg, on("engine", g), g, paths[g], engine_dtype, seeds[g], lora)
 
     def spawn(g: str, port: int) -> list[Any]:
         o = on("trainer", g)
@@ -163,12 +164,7 @@ def start_actors(
     ranks, retries = start_ranks(ray, [g for g in trained if g not in reused_ranks], spawn)
     ranks.update(reused_ranks)
     # every engine, a fresh one too: vLLM's warm-up draws from the generator the run samples from
-    ray.get(
-        [
-            e.reset.remote(cfg.seed + roles.index(g), steps=steps, log_dir=log_dir, name=f"engine-{g}")
-            for g, e in by_group.items()
-        ]
-    )
+    ray.get([e.reset.remote(seeds[g], steps=steps, log_dir=log_dir, name=f"engine-{g}") for g, e in by_group.items()])
     write_placement(ray, out / "placement.json", by_group, ranks)
     workers = {}
     for r in roles:
