@@ -4,6 +4,12 @@ It speaks ``POST /v1/chat/completions`` like ``vllm serve`` and hosted APIs, so 
 real :class:`~mappa_envs.coach.OpenAIChatBackend` talk to it over HTTP. Each request, drawn from a seeded RNG, is
 answered normally (a reasoning line and ``PROCESS_SCORE: n``), or fails: HTTP 500, a reply slower than the
 client's timeout, or a garbage reply without a score. It listens on 127.0.0.1 only.
+
+With ``fail_every=k`` the failures are fixed instead of drawn: the server numbers the distinct requests in the
+order they first arrive (a request is keyed by its first two messages, so a retry or a re-prompt of one action is
+the same request) and every k-th one, the first included, fails on every attempt, HTTP 500 and a reply without a
+score in turn. A run that sends n distinct requests then sees exactly ceil(n / k) of them fail, whatever the order
+its threads send them in.
 """
 
 from __future__ import annotations
@@ -17,9 +23,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FlakyCoachServer:
-    def __init__(self, failure_rate: float = 0.0, latency_s: float = 0.0, hang_s: float = 5.0, seed: int = 0):
-        self.failure_rate, self.latency_s, self.hang_s = failure_rate, latency_s, hang_s
+    def __init__(
+        self,
+        failure_rate: float = 0.0,
+        latency_s: float = 0.0,
+        hang_s: float = 5.0,
+        seed: int = 0,
+        fail_every: int = 0,
+    ):
+        self.failure_rate, self.latency_s, self.hang_s, self.fail_every = failure_rate, latency_s, hang_s, fail_every
         self._rng = random.Random(seed)
+        self._seen: dict[str, str] = {}  # fail_every: a distinct request's fixed outcome
         self._lock = threading.Lock()
         self.outcomes: Counter[str] = Counter()
         server = self
@@ -29,7 +43,7 @@ class FlakyCoachServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                kind = server._draw()
+                kind = server._draw(body)
                 if server.latency_s:
                     time.sleep(server.latency_s)
                 if kind == "http500":
@@ -71,8 +85,17 @@ class FlakyCoachServer:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
-    def _draw(self) -> str:
+    def _draw(self, body: dict) -> str:
         with self._lock:
+            if self.fail_every:
+                key = json.dumps(body.get("messages", [])[:2], sort_keys=True)
+                if key not in self._seen:
+                    n = len(self._seen)
+                    fails = n % self.fail_every == 0
+                    self._seen[key] = ("http500" if (n // self.fail_every) % 2 == 0 else "garbage") if fails else "ok"
+                kind = self._seen[key]
+                self.outcomes[kind] += 1
+                return kind
             r = self._rng.random()
             if r < self.failure_rate / 3:
                 kind = "http500"
@@ -84,6 +107,12 @@ class FlakyCoachServer:
                 kind = "ok"
             self.outcomes[kind] += 1
             return kind
+
+    @property
+    def failing_requests(self) -> int:
+        """With ``fail_every``: how many distinct requests were given a fixed failure."""
+        with self._lock:
+            return sum(kind != "ok" for kind in self._seen.values())
 
     @staticmethod
     def _reply(body: dict) -> str:
