@@ -17,7 +17,13 @@ from typing import Any
 from baselines.algorithm.losses import ppo_clip_loss
 from baselines.algorithm.samples import Sample, TokenBatch, autocast, sample_rows, token_logprobs, tokenize_samples
 from baselines.config import TrainConfig
-from baselines.ray_learner.ds_setup import adamw, deepspeed_config, rank_device, release_freed_memory
+from baselines.ray_learner.ds_setup import (
+    adamw,
+    check_extension_locks,
+    deepspeed_config,
+    rank_device,
+    release_freed_memory,
+)
 from baselines.ray_learner.engines import RESET_STEPS, pack_weights
 from baselines.ray_learner.packing import (
     SharedPrefix,
@@ -66,6 +72,7 @@ class RoleWorker:
         import deepspeed
 
         backend, torch_device = rank_device(cfg.resolved_device())
+        check_extension_locks()  # init_distributed builds DeepSpeed's CPU op on first use, behind a lock file
         deepspeed.init_distributed(dist_backend=backend, verbose=False)
         self.device = torch.device(torch_device)
         self._torch = torch

@@ -8,7 +8,10 @@ Nothing here imports torch or DeepSpeed at module level.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from baselines.config import TrainConfig
@@ -22,6 +25,46 @@ def release_freed_memory() -> None:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         except (OSError, AttributeError):  # not glibc (musl): nothing to release this way
             pass
+
+
+STALE_LOCK_S = 900.0
+"""A torch extension build lock older than this is taken as left by a killed build: DeepSpeed's CPU op
+(``deepspeed_shm_comm``, one C++ file) builds in ~2-3 minutes on 2 busy cores."""
+
+
+def extensions_root() -> Path:
+    """Where torch builds C++ extensions: ``TORCH_EXTENSIONS_DIR``, else its per-user cache folder (the build folders
+    are one level down, ``py311_cpu/NAME``, or at the top with ``TORCH_EXTENSIONS_DIR``)."""
+    if root := os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return Path(root)
+    from torch.utils.cpp_extension import get_default_build_root
+
+    return Path(get_default_build_root())
+
+
+def check_extension_locks(root: Path | None = None, max_age_s: float = STALE_LOCK_S) -> None:
+    """Raise, naming the files, when an extension build lock is older than ``max_age_s``.
+
+    DeepSpeed compiles its ops on first use through torch's extension builder, which takes a ``lock`` file in the
+    op's build folder and deletes it when the build ends. A build killed half-way (a SIGKILL, a machine that went
+    down) leaves the file, and every later build waits on it forever without a word: a rank that never becomes
+    ready. A younger lock is a build in progress in another process and is waited on as usual.
+    """
+    root = extensions_root() if root is None else root
+    now = time.time()
+    stale = []
+    for lock in [*root.glob("*/lock"), *root.glob("*/*/lock")]:
+        try:
+            age = now - lock.stat().st_mtime
+        except FileNotFoundError:  # the build just ended
+            continue
+        if age > max_age_s:
+            stale.append(f"{lock} ({age / 60:.0f} min old)")
+    if stale:
+        raise RuntimeError(
+            "a torch extension build lock was left by a build that did not finish, and DeepSpeed would wait on it "
+            f"forever: {', '.join(stale)}. Remove it (rm FILE) once no build runs; the op is then built again."
+        )
 
 
 def adamw(params: Any, cfg: TrainConfig) -> Any:
