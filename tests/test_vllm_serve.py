@@ -66,10 +66,20 @@ def vllm_url(tmp_path_factory):
 
 
 def test_openai_backend_scores_a_mathchat_episode_through_vllm_serve(vllm_url):
-    import mappa_envs
-    from mappa_envs.coach import CoachRewardWrapper, LLMCoach, OpenAIChatBackend
+    """The LLM coach scores an episode's 4 actions through a real ``vllm serve`` of the bundled 135M model, the score
+    line's shape enforced by the server (``extra_body`` structured outputs, :data:`SCORE_REGEX`; left free, the 135M
+    model mostly writes none, and every action would pass as a flagged 5/10 fallback): every action gets the score
+    the server wrote, read strictly, with no fallback and no re-prompt."""
+    import re
 
-    coach = LLMCoach(OpenAIChatBackend("smol", base_url=vllm_url, max_tokens=64, timeout_s=120), backoff_s=0.1)
+    import mappa_envs
+    from mappa_envs.coach import SCORE_REGEX, CoachRewardWrapper, LLMCoach, OpenAIChatBackend
+
+    constrained = {"structured_outputs": {"regex": SCORE_REGEX}}
+    coach = LLMCoach(
+        OpenAIChatBackend("smol", base_url=vllm_url, max_tokens=96, timeout_s=120, extra_body=constrained),
+        backoff_s=0.1,
+    )
     env = CoachRewardWrapper(
         mappa_envs.make("mappa/MathChat-v0", tasks=[{"prompt": "What is 6 times 7?", "answer": "42"}]),
         coach,
@@ -87,7 +97,10 @@ def test_openai_backend_scores_a_mathchat_episode_through_vllm_serve(vllm_url):
         assert 0.0 <= e["score"] <= 10.0
         assert e["fallback_used"] == (e["parse"] == "fallback")  # a fallback is always flagged
     assert coach.stats.counts["calls"] == 4
-    assert coach.stats.counts["fallbacks"] == sum(e["fallback_used"] for e in evals)
+    assert coach.stats.counts["fallbacks"] == coach.stats.counts["reprompts"] == 0
+    for e in evals:
+        assert e["parse"] == "strict" and re.fullmatch(SCORE_REGEX, e["raw_reply"]), e["raw_reply"]
+        assert e["score"] == float(re.search(r"PROCESS_SCORE: (\d+)", e["raw_reply"]).group(1))
 
 
 def test_rescore_through_vllm_serve_per_action_and_hindsight_and_resume(vllm_url, tmp_path, stored_episodes):

@@ -3,12 +3,13 @@
 from .coaches import Coach, CoachStats, EnsembleCoach, LengthCoach
 from .llm import CoachCache, LLMCoach, OpenAIChatBackend
 from .llm_hindsight import LLMHindsightCoach
-from .protocol import CoachEvaluation, CoachInput, FileInfo, Templates, parse_answer_correct, parse_score
+from .protocol import SCORE_REGEX, CoachEvaluation, CoachInput, FileInfo, Templates, parse_answer_correct, parse_score
 from .rescore import RescoreStats, coach_from_spec, rescore
 from .rule_based import RuleBasedCoach
 from .wrapper import CoachPool, CoachRewardWrapper, MixedRewardWrapper, OutcomeRewardWrapper
 
 __all__ = [
+    "SCORE_REGEX",
     "Coach",
     "CoachCache",
     "CoachEvaluation",

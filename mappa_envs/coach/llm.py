@@ -41,6 +41,8 @@ class OpenAIChatBackend:
     """Any OpenAI-compatible chat server (``vllm serve``, hosted APIs) through the ``openai`` client.
 
     The API key is read only from the environment variable ``api_key_env`` (local servers accept any value).
+    ``extra_body`` is sent with every request as the server's own fields (for ``vllm serve``, constrained decoding:
+    ``{"structured_outputs": {"regex": SCORE_REGEX}}``, :data:`~mappa_envs.coach.protocol.SCORE_REGEX`).
     """
 
     def __init__(
@@ -52,6 +54,7 @@ class OpenAIChatBackend:
         max_tokens: int = 512,
         temperature: float = 0.0,
         seed: int | None = 0,
+        extra_body: dict | None = None,
     ):
         import os
 
@@ -64,6 +67,7 @@ class OpenAIChatBackend:
             raise RuntimeError(f"set {api_key_env} in the environment (the key is never taken from code or files)")
         self.client = OpenAI(base_url=base_url, api_key=key, timeout=timeout_s, max_retries=0)
         self.model, self.max_tokens, self.temperature, self.seed = model, max_tokens, temperature, seed
+        self.extra_body = dict(extra_body or {})
         self.name = f"openai:{model}@{base_url or 'default'}"
 
     def complete(self, messages: list[dict[str, str]]) -> str:
@@ -73,6 +77,7 @@ class OpenAIChatBackend:
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             seed=self.seed,
+            extra_body=self.extra_body or None,
         )
         return r.choices[0].message.content or ""
 

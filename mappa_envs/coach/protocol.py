@@ -24,6 +24,11 @@ NEUTRAL_SCORE = 5.0
 
 _SCORE = re.compile(r"PROCESS_SCORE\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)", re.IGNORECASE)
 _ANSWER = re.compile(r"ANSWER_CORRECT\s*[:=]\s*\**\s*([01])\b", re.IGNORECASE)
+SCORE_REGEX = r"[^\n]{0,160}\nPROCESS_SCORE: (10|[0-9])(\nANSWER_CORRECT: [01])?"
+"""A reply shape a server that constrains decoding can enforce: one line of reasons, then the score line, then
+optionally the answer line. For ``vllm serve``: ``OpenAIChatBackend(...,
+extra_body={"structured_outputs": {"regex": SCORE_REGEX}})``; a small coach model then always writes a score
+(the 135M bundled model, left free, mostly does not)."""
 _LENIENT = re.compile(
     r"\b(?:score|rating|grade|rate)\b[^0-9\n]{0,20}(-?\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)\s*/\s*10\b", re.IGNORECASE
 )
