@@ -34,6 +34,9 @@ class FlakyCoachServer:
         self.failure_rate, self.latency_s, self.hang_s, self.fail_every = failure_rate, latency_s, hang_s, fail_every
         self._rng = random.Random(seed)
         self._seen: dict[str, str] = {}  # fail_every: a distinct request's fixed outcome
+        self._open = threading.Event()  # hold(): every reply waits until release()
+        self._open.set()
+        self.in_flight = self.max_in_flight = 0  # requests received and not yet answered
         self._lock = threading.Lock()
         self.outcomes: Counter[str] = Counter()
         server = self
@@ -43,6 +46,14 @@ class FlakyCoachServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                server._count(+1)
+                try:
+                    server._open.wait()
+                    self._answer(body)
+                finally:
+                    server._count(-1)
+
+            def _answer(self, body: dict) -> None:
                 kind = server._draw(body)
                 if server.latency_s:
                     time.sleep(server.latency_s)
@@ -85,6 +96,18 @@ class FlakyCoachServer:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
+    def hold(self) -> None:
+        """Answer nothing until :meth:`release`: the requests that arrive meanwhile are counted in ``in_flight``."""
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
+
+    def _count(self, step: int) -> None:
+        with self._lock:
+            self.in_flight += step
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
     def _draw(self, body: dict) -> str:
         with self._lock:
             if self.fail_every:
@@ -122,5 +145,6 @@ class FlakyCoachServer:
         return f"The action does its job reasonably.\nPROCESS_SCORE: {score}{answer}"
 
     def close(self) -> None:
+        self.release()
         self._server.shutdown()
         self._server.server_close()
