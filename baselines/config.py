@@ -15,6 +15,7 @@ from baselines.weights.role_weights import spec_forms_help
 from mappa_envs.coach import coach_from_spec
 from mappa_envs.coach.information import reward_information
 from mappa_envs.coach.rescore import coach_specs_help
+from mappa_envs.sealed import code_version
 
 # torch and the estimators (baselines.algorithm.advantages, which imports torch) are imported inside the functions that
 # use them: importing this module (the CLI, the checks, a dry run) loads none of them.
@@ -123,6 +124,10 @@ class TrainConfig:
     """The cosine schedule's floor as a share of ``lr`` (reference: 0.1)."""
     beta_kl: float = 0.01
     """Weight of the per-token KL penalty against the role's frozen reference model."""
+    kl_only_updates: bool = False
+    """Step on a role's batch whose reward is the same for every sample (every outcome 0, equal scores): its
+    advantages are then the KL term alone, whitened to unit scale. Off: no step on it, counted per role as
+    ``no_signal`` in metrics.jsonl."""
     clip_eps: float = 0.2
     """The clipped policy ratio's range: [1 - clip_eps, 1 + clip_eps]."""
     grad_clip: float = 1.0
@@ -373,7 +378,9 @@ def config_record(cfg: TrainConfig) -> dict[str, Any]:
     """A run's ``config.json``: every field; ``reward_information``, what its reward sees
     (:mod:`mappa_envs.coach.information`: ``outcome`` for an outcome-only estimator or no coach, else the coach's);
     ``numerics``, what 'auto' resolved to on this machine (device, the trainer's weights and matmuls, the
-    engines' weights); and ``sandbox``, where agent code runs (:func:`sandbox_choice`)."""
+    engines' weights); ``sandbox``, where agent code runs (:func:`sandbox_choice`); and ``code_version``, the
+    commit that started (or last resumed) the run, ``+dirty`` with uncommitted changes
+    (:func:`mappa_envs.sealed.code_version`)."""
     process = process_reward(cfg)
     coach = None if cfg.coach == "none" or not process else run_coach(cfg, describe=True)
     numerics = {
@@ -387,4 +394,5 @@ def config_record(cfg: TrainConfig) -> dict[str, Any]:
         "reward_information": reward_information(coach, process),
         "numerics": numerics,
         "sandbox": sandbox_choice(cfg),
+        "code_version": code_version(),
     }

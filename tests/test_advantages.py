@@ -166,3 +166,35 @@ def test_group_normalisation_uses_the_unbiased_std_as_the_reference():
     out = group_normalized(torch.tensor([1.0, 0.0, 0.3, 0.9, 0.6, 0.5]), ["a", "a", "b", "b", "b", "c"])
     # a: std of (1, 0) with n - 1 = 0.7071 -> +-0.7071; b: mean .6, unbiased std .3 -> -1, 1, 0; c: alone -> 0
     assert out.tolist() == pytest.approx([0.70711, -0.70711, -1.0, 1.0, 0.0, 0.0], abs=1e-4)
+
+
+def test_a_constant_reward_gives_no_advantage_from_the_kl_term_alone_unless_asked():
+    """Every outcome 0 (or every group's rewards equal, for GRPO) while the policy has moved from its reference: the
+    estimators' advantages would be the k1 KL term alone, whitened to unit scale. advantages_by_role gives 0 and
+    names the role; ``kl_only=True`` gives the whitened KL term (what the trainers did before)."""
+    from baselines.algorithm.advantages import RoleBatch, advantages_by_role, constant_signal
+
+    def role(rewards, outcomes, groups):
+        n = len(rewards)
+        logp = [torch.tensor([-1.0, -2.0, -0.5]) * (i + 1) for i in range(n)]
+        ref = [torch.tensor([-1.2, -1.5, -0.7]) for _ in range(n)]
+        return RoleBatch(rewards, outcomes, groups, logp, ref)
+
+    cases = {
+        "outcome": role([0.2, 0.9, 0.4, 0.6], [0.0] * 4, ["t1"] * 4),
+        "reinforce_pp": role([0.5] * 4, [1.0, 0.0, 1.0, 0.0], ["t1"] * 4),
+        "grpo": role([0.2, 0.2, 0.8, 0.8], [0.0] * 4, ["t1", "t1", "t2", "t2"]),  # equal within each group
+    }
+    for name, batch in cases.items():
+        flagged: set[str] = set()
+        guarded = advantages_by_role(name, {"solver": batch}, beta=0.01, no_signal=flagged)["solver"]
+        noise = advantages_by_role(name, {"solver": batch}, beta=0.01, kl_only=True)["solver"]
+        assert flagged == {"solver"} and all(float(a.abs().max()) == 0.0 for a in guarded), name
+        assert max(float(a.abs().max()) for a in noise) > 0.5, name  # unit-scale noise, from the KL term alone
+    varied = role([0.2, 0.9, 0.4, 0.6], [0.0] * 4, ["t1", "t1", "t2", "t2"])
+    flagged = set()
+    adv = advantages_by_role("grpo", {"solver": varied}, beta=0.01, no_signal=flagged)["solver"]
+    assert not flagged and max(float(a.abs().max()) for a in adv) > 0.5
+    assert not constant_signal(
+        "reinforce_pp", AdvantageBatch(torch.tensor([0.1, 0.2]), torch.zeros(2), torch.ones(2, 3))
+    )

@@ -33,7 +33,7 @@ def _play(coach, blocking: bool):
     for agent in env.agent_iter():
         if env.terminations[agent] or env.truncations[agent]:
             break
-        env.step(next(replies[agent]))
+        env.step(next(replies[agent.rsplit("_", 1)[0]]))  # agent ids are role_N
         steps += 1
     return env, steps
 

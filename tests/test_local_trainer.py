@@ -430,3 +430,53 @@ def test_a_role_on_its_own_base_model(tiny_model, tmp_path):
     assert any(not torch.equal(start[k], after[k]) for k in start)
     exported = json.loads((tmp_path / "run" / "models" / "verifier" / "config.json").read_text())
     assert exported["hidden_size"] == 128
+
+
+@pytest.mark.parametrize("kl_only", [False, True], ids=["guarded", "kl-only-updates"])
+def test_an_update_on_all_zero_outcomes_after_a_real_step_leaves_the_weights_unchanged(tiny_model, tmp_path, kl_only):
+    """The outcome arm's failure seen in the pre-registered ablation: after a step on real outcomes has moved the
+    policy from its reference, an iteration where every outcome is 0 carries only the KL term, which whitening turns
+    into unit-scale advantages. The update takes no step on it (every role's weights bit-equal, ``no_signal`` and
+    ``skipped`` counted per role); ``kl_only_updates`` takes the step (the weights move)."""
+    from baselines.algorithm.samples import samples_from_episodes
+    from baselines.training.local_trainer import LocalTrainer, TrainConfig
+
+    cfg = TrainConfig(
+        model=tiny_model,
+        estimator="outcome",
+        prompts_per_iteration=2,
+        samples_per_prompt=2,
+        max_new_tokens=12,
+        lr=1e-3,
+        beta_kl=0.01,
+        truncated="keep",
+        kl_only_updates=kl_only,
+        out_dir=str(tmp_path / "run"),
+        progress=False,
+    )
+    trainer = LocalTrainer(cfg)
+    try:
+        records, _ = trainer.rollout(0)
+        by_role, _ = trainer._trainable(samples_from_episodes(records))
+        by_role = {r: ss for r, ss in by_role.items() if len(ss) >= 2}
+        assert by_role
+        for samples in by_role.values():  # real signal: half succeed
+            for i, s in enumerate(samples):
+                s.outcome = float(i % 2)
+        first = trainer.update(by_role)
+        assert all(first[r]["skipped"] == 0 and first[r]["no_signal"] == 0 for r in by_role), first
+        for samples in by_role.values():  # no signal: every outcome 0
+            for s in samples:
+                s.outcome = 0.0
+        before = {r: {k: v.clone() for k, v in trainer.learners[r].model.state_dict().items()} for r in by_role}
+        second = trainer.update(by_role)
+        for role in by_role:
+            after = trainer.learners[role].model.state_dict()
+            same = all(torch.equal(before[role][k], after[k]) for k in after)
+            assert second[role]["no_signal"] == 1 and second[role]["kl"] != 0.0, second[role]
+            if kl_only:
+                assert second[role]["skipped"] == 0 and second[role]["adv_abs_mean"] > 0.5 and not same
+            else:
+                assert second[role]["skipped"] == 1 and second[role]["adv_abs_mean"] == 0.0 and same
+    finally:
+        trainer.close()

@@ -147,6 +147,23 @@ def grpo(batch: AdvantageBatch, *, beta: float = 0.01, eps: float = 1e-6, use_ou
 
 Estimator = Callable[..., torch.Tensor]
 """``fn(batch: AdvantageBatch, *, beta: float, **options) -> [B, T] advantages`` (zero where ``mask`` is 0)."""
+Signal = Callable[..., torch.Tensor]
+"""``signal(batch: AdvantageBatch, **options) -> [B]``: the reward an estimator puts on each sample's last token
+before the KL term and the whitening (the coach's score, the outcome, a group-normalised reward)."""
+
+
+def process_signal(batch: AdvantageBatch, **_: object) -> torch.Tensor:
+    return batch.rewards
+
+
+def outcome_signal(batch: AdvantageBatch, **_: object) -> torch.Tensor:
+    return batch.outcomes
+
+
+def grpo_signal(batch: AdvantageBatch, *, use_outcome: bool = False, **_: object) -> torch.Tensor:
+    if batch.group_ids is None:
+        raise ValueError("GRPO needs group_ids: which samples share a task")
+    return group_normalized(batch.outcomes if use_outcome else batch.rewards, batch.group_ids)
 
 
 @dataclass(frozen=True)
@@ -160,6 +177,11 @@ class EstimatorSpec:
     min_samples_per_prompt: int = 1
     """Samples of each task per iteration its baseline needs (GRPO: 2); fewer is refused by the checks, and its
     groups of one are counted (``grpo_singletons``)."""
+    signal: Signal | None = None
+    """The reward it puts on each sample (:data:`Signal`); where that is the same for every sample of a batch, the
+    batch's advantages would be the whitened KL term alone, and the trainers take no step on it
+    (:func:`constant_signal`; ``--kl-only-updates`` takes it). None: the estimator's signal is unknown, always
+    stepped on."""
 
 
 ESTIMATORS: dict[str, Estimator] = {}
@@ -172,12 +194,19 @@ _plugins_loaded = False
 
 
 def register_estimator(
-    name: str, fn: Estimator, *, process_reward: bool = True, min_samples_per_prompt: int = 1, override: bool = False
+    name: str,
+    fn: Estimator,
+    *,
+    process_reward: bool = True,
+    min_samples_per_prompt: int = 1,
+    signal: Signal | None = None,
+    override: bool = False,
 ) -> Estimator:
-    """Make ``fn`` available as ``mappa train --estimator NAME`` (and to ``mappa ablate --arms``)."""
+    """Make ``fn`` available as ``mappa train --estimator NAME`` (and to ``mappa ablate --arms``); ``signal``:
+    :attr:`EstimatorSpec.signal`."""
     if name in _SPECS and not override and _SPECS[name].fn is not fn:
         raise ValueError(f"an estimator is already registered as {name!r} (override=True replaces it)")
-    _SPECS[name] = EstimatorSpec(fn, process_reward, min_samples_per_prompt)
+    _SPECS[name] = EstimatorSpec(fn, process_reward, min_samples_per_prompt, signal)
     ESTIMATORS[name] = fn
     return fn
 
@@ -203,9 +232,9 @@ def estimator_spec(name: str) -> EstimatorSpec:
         raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(_SPECS)}") from None
 
 
-register_estimator("reinforce_pp", reinforce_pp)
-register_estimator("grpo", grpo, min_samples_per_prompt=2)
-register_estimator("outcome", outcome, process_reward=False)
+register_estimator("reinforce_pp", reinforce_pp, signal=process_signal)
+register_estimator("grpo", grpo, min_samples_per_prompt=2, signal=grpo_signal)
+register_estimator("outcome", outcome, process_reward=False, signal=outcome_signal)
 
 
 def uses_process_reward(name: str) -> bool:
@@ -215,6 +244,23 @@ def uses_process_reward(name: str) -> bool:
 
 def compute_advantages(name: str, batch: AdvantageBatch, **options: object) -> torch.Tensor:
     return estimator_spec(name).fn(batch, **options)
+
+
+def constant_signal(name: str, batch: AdvantageBatch, **options: object) -> bool:
+    """Whether the estimator's reward (:attr:`EstimatorSpec.signal`) is the same for every sample of ``batch``
+    (for GRPO: every group's rewards are equal, so each normalised reward is 0). Its advantages are then the KL
+    term alone, whitened to unit scale: noise the size of a real signal. False for an estimator without a
+    ``signal``.
+
+    >>> b = AdvantageBatch(rewards=torch.tensor([0.3, 0.7]), outcomes=torch.zeros(2), mask=torch.ones(2, 3))
+    >>> constant_signal("outcome", b), constant_signal("reinforce_pp", b)
+    (True, False)
+    """
+    signal = estimator_spec(name).signal
+    if signal is None:
+        return False
+    values = signal(batch, **{k: v for k, v in options.items() if k != "beta"}).to(torch.float64)
+    return values.numel() == 0 or float(values.max() - values.min()) <= 1e-9
 
 
 @dataclass
@@ -242,10 +288,22 @@ def _left_aligned(rows: list[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
-def advantages_by_role(name: str, batches: dict[str, RoleBatch], *, scope: str = "role", **options: object):
+def advantages_by_role(
+    name: str,
+    batches: dict[str, RoleBatch],
+    *,
+    scope: str = "role",
+    kl_only: bool = False,
+    no_signal: set[str] | None = None,
+    **options: object,
+):
     """Per role, one advantage vector per sample (the length of its response), from the role's whole batch
     (``scope='role'``, the reference: each agent trained separately) or from every role's samples together
-    (``scope='team'``, docs/method.md's option: one normalisation over the team)."""
+    (``scope='team'``, docs/method.md's option: one normalisation over the team).
+
+    A batch whose reward is constant (:func:`constant_signal`) has its roles added to ``no_signal`` (when given),
+    and its advantages are 0, so no step is taken on the KL term alone; ``kl_only=True`` computes them anyway
+    (``TrainConfig.kl_only_updates``, ``--kl-only-updates``)."""
     if scope not in ("role", "team"):
         raise ValueError(f"advantage scope must be 'role' or 'team', not {scope!r}")
     groups = [[r] for r in batches] if scope == "role" else [list(batches)]
@@ -258,18 +316,18 @@ def advantages_by_role(name: str, batches: dict[str, RoleBatch], *, scope: str =
         width = max(len(x) for x in logp)
         lengths = torch.tensor([len(x) for x in logp])
         mask = (torch.arange(width)[None, :] < lengths[:, None]).to(torch.float32)
-        adv = compute_advantages(
-            name,
-            AdvantageBatch(
-                rewards=torch.tensor([x for r in roles for x in batches[r].rewards], dtype=torch.float32),
-                outcomes=torch.tensor([x for r in roles for x in batches[r].outcomes], dtype=torch.float32),
-                mask=mask,
-                logp=_left_aligned(logp, width),
-                ref_logp=_left_aligned([x for r in roles for x in batches[r].ref_logp], width),
-                group_ids=[x for r in roles for x in batches[r].group_ids],
-            ),
-            **options,
+        batch = AdvantageBatch(
+            rewards=torch.tensor([x for r in roles for x in batches[r].rewards], dtype=torch.float32),
+            outcomes=torch.tensor([x for r in roles for x in batches[r].outcomes], dtype=torch.float32),
+            mask=mask,
+            logp=_left_aligned(logp, width),
+            ref_logp=_left_aligned([x for r in roles for x in batches[r].ref_logp], width),
+            group_ids=[x for r in roles for x in batches[r].group_ids],
         )
+        flat = constant_signal(name, batch, **options)
+        if flat and no_signal is not None:
+            no_signal.update(r for r in roles if batches[r].logp)
+        adv = torch.zeros_like(mask) if flat and not kl_only else compute_advantages(name, batch, **options)
         row = 0
         for r in roles:
             n = len(batches[r].logp)

@@ -92,6 +92,9 @@ class UpdateStats:
     skipped: bool = True
     """No optimiser step: no samples, a frozen role, or every advantage 0 (the gradient is exactly 0)."""
     frozen: bool = False
+    no_signal: bool = False
+    """The batch's reward was the same for every sample (``constant_signal``): no step on the KL term alone,
+    unless ``kl_only_updates``."""
     kl: float | None = None
     """Mean per-token log-ratio of the policy to the reference over the role's samples, before the step."""
     adv_abs_mean: float | None = None
@@ -109,6 +112,8 @@ class UpdateStats:
         out: dict[str, Any] = {"skipped": int(self.skipped), "samples": self.samples, "tokens": self.tokens}
         if self.frozen:
             out["frozen"] = 1
+        if self.samples:
+            out["no_signal"] = int(self.no_signal)
         for key in ("kl", "adv_abs_mean", "logprob_s", "off_policy_uncorrected"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)

@@ -44,7 +44,7 @@ from baselines.config import Dtype
 from baselines.evaluation.rollout import run_episodes
 from mappa_envs.core import EpisodeRecord, write_jsonl
 from mappa_envs.metrics import paired_test, role_stats, wilson_interval
-from mappa_envs.sealed import is_sealed, log_access, refuse
+from mappa_envs.sealed import code_version, is_sealed, log_access, refuse
 from mappa_envs.suites import Suite, resolve_suite
 
 
@@ -268,7 +268,12 @@ def evaluate(
     out = Path(out_dir) if out_dir else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"config": asdict(cfg), "team": dict(team or {}), "suites": {}}
+    result: dict[str, Any] = {
+        "config": asdict(cfg),
+        "team": dict(team or {}),
+        "code_version": code_version(),  # the commit that evaluated it (+dirty: with uncommitted changes)
+        "suites": {},
+    }
     for suite in cfg.suites:
         env_id, kwargs = suite_env(suite, cfg)
         probe = mappa_envs.make(env_id, **kwargs)

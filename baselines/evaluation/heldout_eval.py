@@ -14,7 +14,7 @@ from baselines.evaluation.rollout import run_episodes
 from baselines.weights.policies import Policy
 from mappa_envs.heldout import heldout_env_kwargs
 from mappa_envs.metrics import accuracy, role_behaviour, role_stats
-from mappa_envs.sealed import log_access
+from mappa_envs.sealed import code_version, log_access
 
 
 def evaluate_heldout(
@@ -70,6 +70,7 @@ def evaluate_heldout(
         # per episode, in order (problem i // k, sample i % k): what a paired test before/after compares
         "outcomes": [r.success for r in records],
         "seconds": round(time.perf_counter() - t0, 1),
+        "code_version": code_version(),  # the commit that evaluated it (+dirty: with uncommitted changes)
     }
 
 

@@ -55,7 +55,9 @@ def update(
        and its weights take one step on them (or the samples are another run's: then the engine's are the
        ratio's old log-probs and a pass gives the policy's); otherwise a forward pass gives them. The reference
        needs a pass once the weights have stepped; before, the policy *is* the reference (KL exactly 0).
-    2. **Advantages** over each role's whole batch (or the team's, ``advantage_scope``), with the KL term.
+    2. **Advantages** over each role's whole batch (or the team's, ``advantage_scope``), with the KL term. A
+       batch whose reward is the same for every sample gets advantages 0 (``no_signal``): the KL term alone,
+       whitened, would be a unit-scale step on noise (``kl_only_updates`` takes it).
     3. **Steps**: one per mini-batch of ``train_batch`` samples (default: one over everything), none when every
        advantage is 0 (equal rewards, no KL: the gradient is exactly 0, and an Adam step on it would still move
        the weights by its momentum)."""
@@ -77,11 +79,19 @@ def update(
         for role in given
     }
     batches = _logprob_batches(given, passes, engine, stats, learner_of, parallel)
-    advantages = advantages_by_role(cfg.estimator, batches, scope=cfg.advantage_scope, beta=cfg.beta_kl)
+    no_signal: set[str] = set()
+    advantages = advantages_by_role(
+        cfg.estimator,
+        batches,
+        scope=cfg.advantage_scope,
+        beta=cfg.beta_kl,
+        kl_only=cfg.kl_only_updates,
+        no_signal=no_signal,
+    )
     for role, batch in batches.items():
         tokens = sum(len(x) for x in batch.logp)
         s = stats[role]
-        s.samples, s.tokens = len(given[role]), tokens
+        s.samples, s.tokens, s.no_signal = len(given[role]), tokens, role in no_signal
         s.kl = float(sum((a - b).sum() for a, b in zip(batch.logp, batch.ref_logp, strict=True))) / max(tokens, 1)
         s.adv_abs_mean = float(sum(a.abs().sum() for a in advantages[role])) / max(tokens, 1)
         if cfg.rollouts_from:  # another run's episodes: without the engine's log-probs, the ratio is this policy's

@@ -30,5 +30,10 @@ def rloo(batch: AdvantageBatch, *, beta: float = 0.01, eps: float = 1e-6) -> tor
     return returns_to_go(rewards, mask) * mask
 
 
+def signal(batch: AdvantageBatch, **_) -> torch.Tensor:
+    """The reward each sample carries before the KL term: constant (all 0) when every group's rewards are equal."""
+    return leave_one_out(batch.rewards, batch.group_ids)
+
+
 def register() -> None:
-    register_estimator("rloo", rloo, min_samples_per_prompt=2)
+    register_estimator("rloo", rloo, min_samples_per_prompt=2, signal=signal)
