@@ -79,14 +79,10 @@ def update(
         for role in given
     }
     batches = _logprob_batches(given, passes, engine, stats, learner_of, parallel)
-    no_signal: set[str] = set()
+    no_signal: set[str] = set()  # roles whose batch's reward is constant: advantages 0 unless kl_only_updates
+    scope, kl_only = cfg.advantage_scope, cfg.kl_only_updates
     advantages = advantages_by_role(
-        cfg.estimator,
-        batches,
-        scope=cfg.advantage_scope,
-        beta=cfg.beta_kl,
-        kl_only=cfg.kl_only_updates,
-        no_signal=no_signal,
+        cfg.estimator, batches, scope=scope, beta=cfg.beta_kl, kl_only=kl_only, no_signal=no_signal
     )
     for role, batch in batches.items():
         tokens = sum(len(x) for x in batch.logp)

@@ -34,7 +34,7 @@ def add_configuration_options(parser: argparse.ArgumentParser, whose: str) -> No
     )
 
 
-RECORDED = ("reward_information", "numerics", "sandbox")
+RECORDED = ("reward_information", "numerics", "sandbox", "code_version")
 """What a run's ``config.json`` records beside the configuration's fields (:func:`baselines.config.config_record`):
 read back by ``--config``, not fields."""
 
