@@ -107,3 +107,18 @@ def test_a_run_with_another_key_stops_the_idle_actors_and_starts_its_own(pool, t
     other = _run(pool, tmp_path / "cache", engine_dtype="float32", engine_kv_cache_gb=2.0)
     assert other["start"].reused == 3 and other["start"].started == 3, other["start"]
     assert pool.idle() == 6
+
+
+def test_an_actor_that_died_in_the_pool_is_started_again(pool, tmp_path):
+    """An idle pooled engine killed (a crash, the memory monitor) between two runs: the next run drops it, says so,
+    starts a new engine for that role and takes the other five actors; it trains as usual."""
+    import ray
+
+    _run(pool, tmp_path / "first", engine_dtype="float32")
+    engines = [item for key, items in pool._idle.items() if key.kind == "engine" for item in items]
+    assert len(engines) == 3
+    ray.kill(engines[0])
+    again = _run(pool, tmp_path / "again", engine_dtype="float32")
+    assert again["start"].reused == 5 and again["start"].started == 1, again["start"]
+    assert len(pool.dropped) == 1 and pool.idle() == 6
+    assert all(f["optimizer_steps"] >= 1 for f in again["update"].values()), again["update"]

@@ -71,8 +71,10 @@ def _take(ray: Any, pool: ActorPool | None, keys: dict[tuple[str, str], ActorKey
     taken: dict[tuple[str, str], Any] = {}
     for k, key in keys.items():
         item = pool.take(key)
-        if item is not None:
+        if item is not None and pool.alive(ray, item):
             taken[k] = item
+        elif item is not None:
+            print(f"[pool] a pooled {k[0]} of {k[1]} had died ({pool.dropped[-1]}): starting a new one", flush=True)
     pool.stop_idle(ray)
     ranks = [(g, w) for (kind, g), ws in taken.items() if kind == "ranks" for w in ws]
     ray.get([w.reset.remote(*reset_args(g)) for g, w in ranks])

@@ -79,6 +79,8 @@ class ActorPool:
     """What a reset does; the pool's test leaves a step out to show the runs then differ. Keep the default."""
     starts: list[RunStart] = field(default_factory=list)
     """Each run's start-up, in order."""
+    dropped: list[str] = field(default_factory=list)
+    """Why each pooled actor found dead when a run took it was dropped (:meth:`alive`)."""
     _idle: dict[ActorKey, list[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -111,7 +113,30 @@ class ActorPool:
             return 0.0
         import ray
 
-        return sum(_pss_kib(pid) for pid in ray.get([a.pid.remote() for a in actors])) / 1024**2
+        pids = []
+        for actor in actors:
+            try:
+                pids.append(ray.get(actor.pid.remote(), timeout=60))
+            except Exception:  # a dead idle actor holds nothing; the run that takes its key drops it (alive())
+                continue
+        return sum(_pss_kib(pid) for pid in pids) / 1024**2
+
+    def alive(self, ray: Any, item: Any, timeout_s: float = 60.0) -> bool:
+        """Whether every process of ``item`` (an engine, or a list of ranks) answers; one that died while idle (a
+        crash, the memory monitor, a killed process) is stopped, with the rest of its set, counted in ``dropped``
+        and left out, so the run starts it again instead of failing at its reset."""
+        actors = item if isinstance(item, list) else [item]
+        try:
+            ray.get([a.pid.remote() for a in actors], timeout=timeout_s)
+            return True
+        except Exception as err:  # RayActorError, ActorDiedError, GetTimeoutError: dead or hung
+            for actor in actors:
+                try:
+                    ray.kill(actor)
+                except Exception:  # already gone
+                    pass
+            self.dropped.append(f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+            return False
 
     def stop_idle(self, ray: Any) -> int:
         """Kill every idle actor; returns how many processes were stopped."""
