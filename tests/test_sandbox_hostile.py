@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -379,10 +380,9 @@ def test_ptrace_of_init_cannot_freeze_later_blocks(sandbox, session):
     )
     assert r.status == ExecStatus.OK, r
     assert all(line.split()[2:] == ["-1", "EPERM"] for line in r.stdout.strip().splitlines()), r.stdout
-    t = time.monotonic()
     r = session.run("print('alive')")
-    # not frozen: it runs, well before a timeout (a frozen init would make it run into TIMEOUT + grace)
-    assert r.ok and r.stdout == "alive\n" and time.monotonic() - t < TIMEOUT, r
+    # not frozen: it runs (a frozen init would make it run into its timeout: status TIMEOUT, not ok)
+    assert r.ok and r.stdout == "alive\n", r
 
 
 def test_a_warm_block_cannot_reach_its_workers_memory(sandbox, session):
@@ -948,6 +948,12 @@ def test_the_worker_log_is_out_of_the_sandboxs_reach(any_sandbox):
             "os.kill(os.getppid(), signal.SIGKILL)\n"
         )
         s.run(plant)
-        t = time.monotonic()
-        r = s.run("print('next')")
-        assert r.ok and r.stdout == "next\n" and time.monotonic() - t < TIMEOUT, r
+        # a host that opened the planted FIFO would block for good: the restart must end (however slowly the
+        # machine runs it: a 2 s bound failed at 2.1 s under load), not be fast
+        got: dict = {}
+        worker = threading.Thread(target=lambda: got.setdefault("r", s.run("print('next')")), daemon=True)
+        worker.start()
+        worker.join(120)
+        assert not worker.is_alive(), "the worker's restart blocked on the planted worker.log"
+        r = got["r"]
+        assert r.ok and r.stdout == "next\n", r
