@@ -53,7 +53,9 @@ from statsmodels.stats.power import TTestPower
 
 from mappa_envs.metrics import paired_test
 
-COLUMNS = ("arm", "seed", "split", "task_id", "category", "before", "after")
+COLUMNS = ("arm", "seed", "split", "task_id", "category", "before", "after", "before_lenient", "after_lenient")
+"""``before``/``after``: the task's own (strict) outcome; ``*_lenient``: the lenient grade where the evaluation holds
+one (MathChat: an unboxed final number counts too; ``lenient_outcomes`` in eval.json), else missing."""
 PLANNED_SEEDS = (5, 10)
 """Seed counts, beside the ablation's own, at which the report gives the minimum detectable difference."""
 
@@ -107,7 +109,8 @@ def _metrics(run: Path) -> list[dict[str, Any]]:
 
 
 def _read_run(run: Path, label: str, notes: list[str], skipped: list[str]) -> list[tuple] | None:
-    """(split, task_id, category, before, after) per episode of one run; None (and a line in ``skipped``) when
+    """(split, task_id, category, before, after, before_lenient, after_lenient) per episode of one run (the lenient
+    grades None where the evaluation has none); None (and a line in ``skipped``) when
     the run is missing or unfinished."""
     if not (run / "eval.json").is_file():
         skipped.append(f"{label}: no eval.json (missing or unfinished)")
@@ -126,8 +129,10 @@ def _read_run(run: Path, label: str, notes: list[str], skipped: list[str]) -> li
             continue
         ids = after["task_ids"]
         categories = after.get("categories") or before.get("categories") or ["all"] * len(ids)
-        outcomes = zip(ids, categories, before["outcomes"], after["outcomes"], strict=True)
-        episodes += [(split, str(t), str(c), bool(b), bool(a)) for t, c, b, a in outcomes]
+        missing = [None] * len(ids)
+        lenient = (before.get("lenient_outcomes") or missing, after.get("lenient_outcomes") or missing)
+        outcomes = zip(ids, categories, before["outcomes"], after["outcomes"], *lenient, strict=True)
+        episodes += [(split, str(t), str(c), bool(b), bool(a), lb, la) for t, c, b, a, lb, la in outcomes]
     return episodes
 
 
@@ -259,7 +264,12 @@ def _accuracy(rows: pd.DataFrame, split: str, arm: str, information: str) -> dic
     after, before = (crossed_mean(_cells(rows, arm, split, c).to_numpy()) for c in ("after", "before"))
     entry = {"split": split, "arm": arm, "information": information}
     change = after.estimate - before.estimate
-    return entry | {"before": _numbers(before, True), "after": _numbers(after, True), "change": change}
+    entry |= {"before": _numbers(before, True), "after": _numbers(after, True), "change": change}
+    sub = rows[(rows["arm"] == arm) & (rows["split"] == split)]
+    if len(sub) and sub[["before_lenient", "after_lenient"]].notna().all().all():  # every episode graded leniently
+        b, a = (float(sub[c].astype(bool).mean()) for c in ("before_lenient", "after_lenient"))
+        entry["lenient"] = {"before": b, "after": a, "change": a - b}
+    return entry
 
 
 def _difference(rows: pd.DataFrame, split: str, a: str, b: str, arms: dict[str, str]) -> dict[str, Any] | None:

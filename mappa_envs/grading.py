@@ -151,4 +151,22 @@ def extract_answer(text: str) -> str | None:
     return boxed.strip() if boxed is not None else None
 
 
-__all__ = ["extract_answer", "extract_boxed", "math_equal", "to_number"]
+_LAST_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def extract_answer_lenient(text: str) -> str | None:
+    """The answer a lenient grader reads: the last ``\\boxed{}`` when there is one, else the text's last number
+    (``"so she has 12 apples."`` -> ``"12"``; thousands separators dropped), or None. It tells computing the answer
+    apart from boxing it: the strict grade (:func:`extract_answer`) credits only a boxed answer.
+
+    >>> extract_answer_lenient("The code printed 42, so 6 * 7 = 42."), extract_answer_lenient("\\\\boxed{7} or 8")
+    ('42', '7')
+    """
+    boxed = extract_answer(text)
+    if boxed is not None:
+        return boxed
+    numbers = _LAST_NUMBER.findall(text)
+    return numbers[-1].replace(",", "") if numbers else None
+
+
+__all__ = ["extract_answer", "extract_answer_lenient", "extract_boxed", "math_equal", "to_number"]

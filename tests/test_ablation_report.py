@@ -239,3 +239,32 @@ def test_no_figure_without_matplotlib(tmp_path, monkeypatch, capsys):
     curves = [{"arm": "A", "information": "none", "iteration": 0, "seeds": 1, "mean": 0.5, "min": 0.5, "max": 0.5}]
     assert plot_learning_curves({"curves": curves}, tmp_path / "c.png") is None
     assert "matplotlib is not installed" in capsys.readouterr().out
+
+
+def test_lenient_accuracy_is_reported_beside_the_strict_one(tmp_path):
+    """Evaluations that hold a lenient grade per episode (MathChat: an unboxed final number counts too) get it beside
+    the strict accuracy, per arm and split: the same episodes, so strict minus lenient is what boxing accounts for.
+    Evaluations without one (older runs, other tasks) get no lenient figure."""
+    from benchmarks.ablation_report import format_markdown
+
+    before = {0: [False, False, True, False], 1: [False, False, True, False]}
+    after = {"A": {0: [True, False, True, False], 1: [True, True, True, False]}, "B": {0: [False] * 4, 1: [False] * 4}}
+    root = write_ablation(tmp_path / "abl", after, before)
+    summary = summarize(load_ablation(root))
+    assert all("lenient" not in a for a in summary["accuracy"])
+    assert "lenient: before" not in format_markdown(summary)
+    for arm in after:  # every 'after' episode of A computed the answer; B's only unboxed on p1
+        for seed in (0, 1):
+            path = root / arm / f"seed-{seed}" / "eval.json"
+            ev = json.loads(path.read_text())
+            ev["before"]["lenient_outcomes"] = [False, True, True, False]
+            ev["after"]["lenient_outcomes"] = [True] * 4 if arm == "A" else [False, True, False, False]
+            path.write_text(json.dumps(ev))
+    summary = summarize(load_ablation(root))
+    got = {a["arm"]: a["lenient"] for a in summary["accuracy"]}
+    assert got["A"] == pytest.approx({"before": 0.5, "after": 1.0, "change": 0.5})
+    assert got["B"] == pytest.approx({"before": 0.5, "after": 0.25, "change": -0.25})
+    strict = {a["arm"]: a["after"]["estimate"] for a in summary["accuracy"]}
+    assert strict["A"] == pytest.approx(5 / 8) and strict["B"] == 0.0
+    md = format_markdown(summary)
+    assert "lenient: before -> after (change)" in md and "50.0% -> 100.0% (+50.0 pts)" in md

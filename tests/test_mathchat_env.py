@@ -48,6 +48,7 @@ def test_full_episode_correct():
         "predicted": "42",
         "answer": "42",
         "correct": True,
+        "lenient_correct": True,
         "success": True,
         "score": 1.0,
         "kind": "answer",
@@ -322,3 +323,21 @@ def test_fences_of_every_tool_language_count_and_an_open_one_is_flagged():
     for i, out in enumerate(("```sql\nSELECT 1\n```", "```python\nprint(1)\n```", "no code", "```text\nhi\n```")):
         rec.actions.append(ActionRecord(i, "a_0", "a", i + 1, [], out))
     assert role_stats([rec])["a"].code_actions == 2
+
+
+def test_the_lenient_grade_reads_an_unboxed_final_number_and_the_reward_does_not():
+    """The verifier wrote the right number without boxing it: the episode fails (the reward reads only a boxed
+    answer) and its outcome's ``lenient_correct`` says the team computed it; a boxed wrong answer is wrong both ways."""
+    import mappa_envs
+
+    for last, strict, lenient in [
+        ("The code printed 42, so the answer is 42.", False, True),
+        ("So the answer is \\boxed{41}, not 42.", False, False),
+        ("The answer is 1,042", False, False),
+    ]:
+        env = mappa_envs.make("mappa/MathChat-v0", tasks=[{"prompt": "What is 6 times 7?", "answer": "42"}])
+        env.reset(seed=0)
+        for action in ["6 * 7 = 42", "```python\nprint(6 * 7)\n```", "It printed 42.", last]:
+            env.step(action)
+        assert (env.record.outcome["success"], env.record.outcome["lenient_correct"]) == (strict, lenient), last
+        env.close()

@@ -69,6 +69,8 @@ def evaluate_heldout(
         "categories": [categories[i // k] for i in range(len(records))],
         # per episode, in order (problem i // k, sample i % k): what a paired test before/after compares
         "outcomes": [r.success for r in records],
+        # per episode, where the task grades leniently too (MathChat: an unboxed final number also counts): None
+        "lenient_outcomes": _lenient(records),
         "seconds": round(time.perf_counter() - t0, 1),
         "code_version": code_version(),  # the commit that evaluated it (+dirty: with uncommitted changes)
     }
@@ -93,3 +95,9 @@ def _probe_heldout(env_id: str, kwargs: dict[str, Any], episodes: int) -> tuple[
         )
         return n_tasks, tool_role, categories
     return episodes, tool_role, categories
+
+
+def _lenient(records: list) -> list[bool] | None:
+    """Each episode's ``lenient_correct`` when every episode's outcome has one, else None."""
+    found = [r.outcome.get("lenient_correct") if r.outcome is not None else None for r in records]
+    return None if not found or any(x is None for x in found) else [bool(x) for x in found]

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core import PYTHON_TOOL, EpisodeRecord, PipelineEnv, Role, Task
-from ...grading import extract_answer, math_equal
+from ...grading import extract_answer, extract_answer_lenient, math_equal
 from ...heldout import pick_split
 from ...sealed import refuse
 from . import prompts
@@ -165,4 +165,7 @@ class MathChatEnv(PipelineEnv):
         predicted = extract_answer(outputs[-1]) if outputs else None
         correct = predicted is not None and math_equal(predicted, task.answer)
         outcome = {"predicted": predicted, "answer": task.answer, "correct": correct, "success": correct}
+        # what a grader that also reads an unboxed final number would say (reported beside the reward, never in it)
+        lenient = extract_answer_lenient(outputs[-1]) if outputs else None
+        outcome["lenient_correct"] = lenient is not None and math_equal(lenient, task.answer)
         return float(correct), outcome
