@@ -29,7 +29,7 @@ def test_mappa_run_two_episodes(tmp_path):
     for rec in records:
         assert rec.actions[0].agent == "problem_solver_0"
         assert rec.actions[-1].agent == "verifier_0"
-        assert set(rec.outcome) == {"predicted", "answer", "correct", "success", "score", "kind"}
+        assert set(rec.outcome) == {"predicted", "answer", "correct", "lenient_correct", "success", "score", "kind"}
         for act in rec.actions:
             # every action carries its full input context: system prompt, the task, earlier agents' work
             assert act.messages[0]["role"] == "system" and act.messages[1]["role"] == "user"
