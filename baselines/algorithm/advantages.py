@@ -259,7 +259,7 @@ def constant_signal(name: str, batch: AdvantageBatch, **options: object) -> bool
     signal = estimator_spec(name).signal
     if signal is None:
         return False
-    values = signal(batch, **{k: v for k, v in options.items() if k != "beta"}).to(torch.float64)
+    values = signal(batch, **options).to(torch.float64)
     return values.numel() == 0 or float(values.max() - values.min()) <= 1e-9
 
 

@@ -114,9 +114,9 @@ class ActorPool:
         import ray
 
         pids = []
-        for actor in actors:
+        for ref in [a.pid.remote() for a in actors]:  # asked all at once, read one by one
             try:
-                pids.append(ray.get(actor.pid.remote(), timeout=60))
+                pids.append(ray.get(ref, timeout=60))
             except Exception:  # a dead idle actor holds nothing; the run that takes its key drops it (alive())
                 continue
         return sum(_pss_kib(pid) for pid in pids) / 1024**2
